@@ -1,0 +1,709 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/wire"
+)
+
+// Queue capacities of the connection actor (see doc.go, Backpressure).
+const (
+	// connEventsCap bounds events waiting for the writer, shared by all of the
+	// connection's processes. A full queue makes process actors wait (they stop
+	// reading their children); nothing is dropped while the connection lives.
+	connEventsCap = 256
+	// connResponsesCap bounds encoded responses waiting for the writer; a full
+	// queue blocks whoever produced the response (the reader or a waiter).
+	connResponsesCap = 256
+	// connInflightCap bounds requests answered later (long polls, writes); the
+	// reader stops reading when it is reached.
+	connInflightCap = 4096
+)
+
+// Reason says why a connection ended. It is the latched failure's kind.
+type Reason uint8
+
+const (
+	ReasonTransportLost Reason = iota + 1 // the peer went away or the transport failed
+	ReasonProtocol                        // the peer broke the protocol (e.g. a response from the client)
+	ReasonShutdown                        // the server is stopping
+)
+
+func (r Reason) String() string {
+	switch r {
+	case ReasonTransportLost:
+		return "transport lost"
+	case ReasonProtocol:
+		return "protocol violation"
+	case ReasonShutdown:
+		return "server shutdown"
+	}
+	return "unknown"
+}
+
+// ConnError is the latched failure of a connection: the first cause wins.
+type ConnError struct {
+	Reason Reason
+	Err    error
+}
+
+func (e *ConnError) Error() string {
+	if e.Err == nil {
+		return "connection ended: " + e.Reason.String()
+	}
+	return fmt.Sprintf("connection ended: %s: %v", e.Reason, e.Err)
+}
+func (e *ConnError) Unwrap() error { return e.Err }
+
+// ConnOptions configure one connection.
+type ConnOptions struct {
+	// Resumable: a dropped connection detaches its session for the detach
+	// TTL (websocket). Otherwise its end terminates the processes (stdio).
+	Resumable bool
+	Logger    *zap.Logger
+}
+
+type handshake uint8
+
+const (
+	hsNone handshake = iota
+	hsInitialized
+	hsReady
+)
+
+// conn is the connection actor.
+//
+// Immutable: sup, t, opts, log, ctx, fail, events, responses, inflight.
+// Owned by the reader (ServeConn's goroutine): hs, session.
+// The writer goroutine owns buf. Waiter goroutines own nothing; they only
+// send responses.
+type conn struct {
+	sup  *Supervisor
+	t    wire.Transport
+	opts ConnOptions
+	log  *zap.Logger
+
+	ctx  context.Context
+	fail context.CancelCauseFunc // the latch
+
+	events    chan Event
+	responses chan []byte
+	inflight  chan struct{}
+	wg        sync.WaitGroup
+
+	hs      handshake
+	session *SessionTable
+}
+
+// ServeConn runs the connection actor on t until the connection ends or
+// ctx is cancelled, then detaches or discards its session. It returns the
+// latched cause.
+func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnOptions) error {
+	if opts.Logger == nil {
+		opts.Logger = s.log
+	}
+	cctx, fail := context.WithCancelCause(ctx)
+	c := &conn{
+		sup:       s,
+		t:         t,
+		opts:      opts,
+		log:       opts.Logger,
+		ctx:       cctx,
+		fail:      fail,
+		events:    make(chan Event, connEventsCap),
+		responses: make(chan []byte, connResponsesCap),
+		inflight:  make(chan struct{}, connInflightCap),
+	}
+	c.wg.Go(c.writeLoop)
+	// Closing the transport is what unblocks a pending read when the
+	// context ends from outside (shutdown); the writer closes it itself when
+	// a write fails.
+	stopWatch := context.AfterFunc(ctx, func() { t.Close() })
+	c.readLoop()
+	c.wg.Wait()
+	stopWatch()
+	t.Close()
+	cause := context.Cause(cctx)
+	fail(cause)
+	if c.session != nil && !s.stopped() { // when stopping, every actor terminates itself
+		ttl := time.Duration(0)
+		if opts.Resumable {
+			ttl = s.cfg.DetachTTL
+		}
+		s.DetachSession(context.Background(), c.session, ttl)
+	}
+	c.log.Debug("connection ended", zap.Error(cause))
+	return cause
+}
+
+func (c *conn) latch(reason Reason, err error) {
+	c.fail(&ConnError{Reason: reason, Err: err})
+}
+
+func (c *conn) readLoop() {
+	for {
+		data, err := c.t.ReadMessage(c.ctx)
+		if err != nil {
+			if errors.Is(err, wire.ErrMessageTooBig) {
+				c.reply(wire.MalformedID, nil, wire.Errorf(wire.CodeInvalidRequest, "message exceeds the %d-byte limit", wire.DefaultMaxMessageBytes))
+				if _, ok := c.t.(*wire.StdioTransport); ok {
+					continue // stdio skipped the line and is still usable
+				}
+			}
+			if c.ctx.Err() == nil {
+				if errors.Is(err, io.EOF) {
+					c.latch(ReasonTransportLost, io.EOF)
+				} else {
+					c.latch(ReasonTransportLost, err)
+				}
+			}
+			return
+		}
+		msg, perr := wire.Decode(data)
+		if perr != nil {
+			c.reply(wire.MalformedID, nil, perr)
+			continue
+		}
+		switch msg.Kind {
+		case wire.KindResponse:
+			c.latch(ReasonProtocol, errors.New("client sent a response"))
+			return
+		case wire.KindNotification:
+			if !c.notification(msg) {
+				return
+			}
+		case wire.KindRequest:
+			c.request(msg)
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (c *conn) notification(msg wire.Message) bool {
+	if msg.Method == wire.MethodInitialized && c.hs != hsNone {
+		if c.hs == hsInitialized {
+			c.hs = hsReady
+		}
+		return true
+	}
+	if msg.Method == wire.MethodInitialized {
+		c.latch(ReasonProtocol, errors.New("initialized before initialize"))
+	} else {
+		c.latch(ReasonProtocol, fmt.Errorf("unknown notification %q", msg.Method))
+	}
+	return false
+}
+
+// reply encodes a response and queues it for the writer.
+func (c *conn) reply(id wire.ID, result any, rerr *wire.Error) {
+	var b []byte
+	if rerr != nil {
+		b = wire.AppendError(nil, id, rerr)
+	} else {
+		var err error
+		b, err = wire.AppendResult(nil, id, result)
+		if err != nil {
+			b = wire.AppendError(nil, id, wire.AsError(err))
+		}
+	}
+	select {
+	case c.responses <- b:
+	case <-c.ctx.Done():
+	}
+}
+
+var knownMethods = map[string]string{
+	wire.MethodInitialize:        "",
+	wire.MethodEnvironmentStatus: "exec",
+	wire.MethodProcessStart:      "exec",
+	wire.MethodProcessRead:       "exec",
+	wire.MethodProcessWrite:      "exec",
+	wire.MethodProcessTerminate:  "exec",
+	wire.MethodProcessSignal:     "exec",
+	wire.MethodProcessResize:     "exec",
+	wire.MethodProcessCloseStdin: "exec",
+	wire.MethodProcessList:       "exec",
+}
+
+func (c *conn) request(msg wire.Message) {
+	family, known := knownMethods[msg.Method]
+	if !known {
+		c.reply(msg.ID, nil, wire.ErrUnknownMethod(msg.Method))
+		return
+	}
+	if msg.Method == wire.MethodInitialize {
+		c.initialize(msg)
+		return
+	}
+	switch c.hs {
+	case hsNone:
+		c.reply(msg.ID, nil, wire.ErrNotInitialized(family))
+		return
+	case hsInitialized:
+		c.reply(msg.ID, nil, wire.ErrNotInitializedAck(family))
+		return
+	}
+	switch msg.Method {
+	case wire.MethodEnvironmentStatus:
+		c.reply(msg.ID, wire.StatusResult{Status: "ready"}, nil)
+	case wire.MethodProcessStart:
+		c.start(msg)
+	case wire.MethodProcessRead:
+		c.read(msg)
+	case wire.MethodProcessWrite:
+		c.write(msg)
+	case wire.MethodProcessTerminate:
+		c.terminate(msg)
+	case wire.MethodProcessSignal:
+		c.signal(msg)
+	case wire.MethodProcessResize:
+		c.resize(msg)
+	case wire.MethodProcessCloseStdin:
+		c.closeStdin(msg)
+	case wire.MethodProcessList:
+		c.list(msg)
+	}
+}
+
+func (c *conn) initialize(msg wire.Message) {
+	var p wire.InitializeParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	if c.hs != hsNone {
+		c.reply(msg.ID, nil, wire.ErrInitializeTwice())
+		return
+	}
+	var table *SessionTable
+	var err error
+	if p.ResumeSessionID != nil && *p.ResumeSessionID != "" {
+		table, err = c.sup.ResumeSession(c.ctx, *p.ResumeSessionID)
+		var re *ResumeError
+		if errors.As(err, &re) {
+			if re.Attached {
+				c.reply(msg.ID, nil, wire.ErrSessionAttached(re.ID))
+			} else {
+				c.reply(msg.ID, nil, wire.ErrUnknownSession(re.ID))
+			}
+			return
+		}
+		if err == nil {
+			sub := c.subscriber()
+			for id, ref := range table.Procs {
+				if _, aerr := ref.Attach(c.ctx, sub); aerr != nil {
+					delete(table.Procs, id) // retention ended while detached
+				}
+			}
+		}
+	} else {
+		table, err = c.sup.NewSession(c.ctx)
+	}
+	if err != nil {
+		c.reply(msg.ID, nil, wire.AsError(err))
+		return
+	}
+	c.session = table
+	c.hs = hsInitialized
+	c.log = c.log.With(zap.String("session_id", table.ID))
+	c.reply(msg.ID, wire.InitializeResult{SessionID: table.ID}, nil)
+}
+
+func (c *conn) subscriber() Subscriber {
+	return Subscriber{Out: c.events, Done: c.ctx.Done()}
+}
+
+func (c *conn) start(msg wire.Message) {
+	var p wire.StartParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	if len(p.Argv) == 0 {
+		c.reply(msg.ID, nil, wire.ErrEmptyArgv())
+		return
+	}
+	if len(p.Sandbox) > 0 && string(p.Sandbox) != "null" {
+		c.reply(msg.ID, nil, wire.ErrSandbox())
+		return
+	}
+	dir, derr := absPath(p.Cwd)
+	if derr != nil {
+		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
+		return
+	}
+	if _, exists := c.session.Lookup(p.ProcessID); exists {
+		c.reply(msg.ID, nil, wire.ErrProcessExists(p.ProcessID))
+		return
+	}
+	spec := Spec{Argv: p.Argv, Dir: dir, TTY: p.TTY, PipeStdin: p.PipeStdin}
+	if p.Arg0 != nil {
+		spec.Arg0 = *p.Arg0
+	}
+	if p.Size != nil {
+		spec.Rows, spec.Cols = p.Size.Rows, p.Size.Cols
+	}
+	var policy *EnvPolicy
+	if p.EnvPolicy != nil {
+		policy = &EnvPolicy{
+			Inherit: p.EnvPolicy.Inherit, IgnoreDefaultExcludes: p.EnvPolicy.IgnoreDefaultExcludes,
+			Exclude: p.EnvPolicy.Exclude, Set: p.EnvPolicy.Set, IncludeOnly: p.EnvPolicy.IncludeOnly,
+		}
+	}
+	spec.Env = BuildEnv(ServerEnv(), policy, p.Env)
+	sub := c.subscriber()
+	ref, err := c.sup.Spawn(p.ProcessID, spec, &sub)
+	if err != nil {
+		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "%s", err.Error()))
+		return
+	}
+	c.session.Procs[p.ProcessID] = ref
+	c.reply(msg.ID, wire.ProcessIDResult{ProcessID: p.ProcessID}, nil)
+}
+
+// absPath accepts an absolute path or a file: URI.
+func absPath(p string) (string, error) {
+	if strings.HasPrefix(p, "file:") {
+		u, err := url.Parse(p)
+		if err != nil {
+			return "", fmt.Errorf("is not a valid file URI: %s", p)
+		}
+		p = u.Path
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("must be absolute: %s", p)
+	}
+	return filepath.Clean(p), nil
+}
+
+// deferred runs wait on a tracked goroutine so the reader can go on; it
+// holds an inflight slot until the reply is queued.
+func (c *conn) deferred(wait func()) {
+	select {
+	case c.inflight <- struct{}{}:
+	case <-c.ctx.Done():
+		return
+	}
+	c.wg.Go(func() {
+		defer func() { <-c.inflight }()
+		wait()
+	})
+}
+
+func (c *conn) read(msg wire.Message) {
+	var p wire.ReadParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	ref, ok := c.session.Lookup(p.ProcessID)
+	if !ok {
+		c.reply(msg.ID, nil, wire.ErrUnknownProcess(p.ProcessID))
+		return
+	}
+	maxBytes := 0
+	if p.MaxBytes != nil {
+		maxBytes = int(min(*p.MaxBytes, 1<<40))
+		if maxBytes == 0 {
+			maxBytes = 1 // maxBytes 0 still returns the first chunk
+		}
+	}
+	wait := time.Duration(min(p.WaitMs, 24*3600*1000)) * time.Millisecond
+	ch, err := ref.ReadAsync(c.ctx, p.AfterSeq, maxBytes, wait)
+	if err != nil {
+		c.reply(msg.ID, nil, c.actorError(err, p.ProcessID))
+		return
+	}
+	answer := func() {
+		select {
+		case r := <-ch:
+			c.reply(msg.ID, readResult(r), nil)
+		case <-ref.Done():
+			select {
+			case r := <-ch:
+				c.reply(msg.ID, readResult(r), nil)
+			default:
+				c.reply(msg.ID, nil, wire.ErrUnknownProcess(p.ProcessID))
+			}
+		case <-c.ctx.Done():
+		}
+	}
+	if wait <= 0 {
+		answer()
+		return
+	}
+	c.deferred(answer)
+}
+
+func (c *conn) actorError(err error, id string) *wire.Error {
+	if errors.Is(err, ErrStopped) {
+		return wire.ErrUnknownProcess(id)
+	}
+	return wire.AsError(err)
+}
+
+func readResult(r ReadReply) wire.ReadResult {
+	out := wire.ReadResult{
+		Chunks:  make([]wire.Chunk, len(r.Chunks)),
+		NextSeq: r.NextSeq,
+		Exited:  r.Exited,
+		Closed:  r.Closed,
+	}
+	for i, ch := range r.Chunks {
+		out.Chunks[i] = wire.Chunk{Seq: ch.Seq, Stream: ch.Stream.String(), Chunk: ch.Data}
+	}
+	if r.Exited {
+		code := r.ExitCode
+		out.ExitCode = &code
+	}
+	return out
+}
+
+func (c *conn) write(msg wire.Message) {
+	var p wire.WriteParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	writeID := ""
+	if p.WriteID != nil {
+		if *p.WriteID == "" {
+			c.reply(msg.ID, nil, wire.ErrEmptyWriteID())
+			return
+		}
+		writeID = *p.WriteID
+	}
+	ref, ok := c.session.Lookup(p.ProcessID)
+	if !ok {
+		c.reply(msg.ID, wire.WriteResult{Status: wire.WriteUnknownProcess}, nil)
+		return
+	}
+	ch, err := ref.WriteAsync(c.ctx, p.Chunk, writeID)
+	if err != nil {
+		c.reply(msg.ID, wire.WriteResult{Status: wire.WriteUnknownProcess}, nil)
+		return
+	}
+	c.deferred(func() {
+		select {
+		case r := <-ch:
+			if r.Err != nil {
+				c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "%s", r.Err.Error()))
+				return
+			}
+			c.reply(msg.ID, wire.WriteResult{Status: writeStatus(r.Status)}, nil)
+		case <-ref.Done():
+			c.reply(msg.ID, wire.WriteResult{Status: wire.WriteStdinClosed}, nil)
+		case <-c.ctx.Done():
+		}
+	})
+}
+
+func writeStatus(s WriteStatus) string {
+	switch s {
+	case WriteAccepted:
+		return wire.WriteAccepted
+	case WriteStdinClosed:
+		return wire.WriteStdinClosed
+	}
+	return wire.WriteUnknownProcess
+}
+
+func (c *conn) terminate(msg wire.Message) {
+	var p wire.TerminateParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	ref, ok := c.session.Lookup(p.ProcessID)
+	if !ok {
+		c.reply(msg.ID, wire.TerminateResult{Running: false}, nil)
+		return
+	}
+	var grace time.Duration
+	if p.GraceMs != nil {
+		grace = time.Duration(min(*p.GraceMs, 24*3600*1000)) * time.Millisecond
+	}
+	running, err := ref.Terminate(c.ctx, grace)
+	if err != nil {
+		running = false
+	}
+	c.reply(msg.ID, wire.TerminateResult{Running: running}, nil)
+}
+
+// Signals maps the protocol's signal names to signals.
+var Signals = map[string]syscall.Signal{
+	"interrupt": syscall.SIGINT,
+	"terminate": syscall.SIGTERM,
+	"kill":      syscall.SIGKILL,
+	"hangup":    syscall.SIGHUP,
+	"quit":      syscall.SIGQUIT,
+	"user1":     syscall.SIGUSR1,
+	"user2":     syscall.SIGUSR2,
+}
+
+func (c *conn) signal(msg wire.Message) {
+	var p wire.SignalParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	sig, ok := Signals[p.Signal]
+	if !ok {
+		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "unknown signal `%s`; expected one of interrupt, terminate, kill, hangup, quit, user1, user2", p.Signal))
+		return
+	}
+	ref, ok := c.session.Lookup(p.ProcessID)
+	if !ok {
+		c.reply(msg.ID, struct{}{}, nil)
+		return
+	}
+	if err := ref.Signal(c.ctx, sig); err != nil && !errors.Is(err, ErrStopped) {
+		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "signal failure: %v", err))
+		return
+	}
+	c.reply(msg.ID, struct{}{}, nil)
+}
+
+func (c *conn) resize(msg wire.Message) {
+	var p wire.ResizeParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	ref, ok := c.session.Lookup(p.ProcessID)
+	if !ok {
+		c.reply(msg.ID, nil, wire.ErrUnknownProcess(p.ProcessID))
+		return
+	}
+	if err := ref.Resize(c.ctx, p.Rows, p.Cols); err != nil {
+		if errors.Is(err, ErrNotPTY) {
+			c.reply(msg.ID, nil, wire.ErrNotPTY())
+		} else {
+			c.reply(msg.ID, nil, c.actorError(err, p.ProcessID))
+		}
+		return
+	}
+	c.reply(msg.ID, struct{}{}, nil)
+}
+
+func (c *conn) closeStdin(msg wire.Message) {
+	var p wire.ProcessParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	ref, ok := c.session.Lookup(p.ProcessID)
+	if !ok {
+		c.reply(msg.ID, nil, wire.ErrUnknownProcess(p.ProcessID))
+		return
+	}
+	if err := ref.CloseStdin(c.ctx); err != nil && !errors.Is(err, ErrStopped) {
+		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "stdin failure: %v", err))
+		return
+	}
+	c.reply(msg.ID, struct{}{}, nil)
+}
+
+func (c *conn) list(msg wire.Message) {
+	var p wire.NoParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	out := wire.ListResult{Processes: []wire.ProcessInfo{}}
+	for id := range c.session.Procs {
+		ref, ok := c.session.Lookup(id)
+		if !ok {
+			continue
+		}
+		info, err := ref.Info(c.ctx)
+		if err != nil {
+			continue
+		}
+		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq}
+		if info.State >= StateExited {
+			code := info.ExitCode
+			wi.ExitCode = &code
+		}
+		out.Processes = append(out.Processes, wi)
+	}
+	sortInfos(out.Processes)
+	c.reply(msg.ID, out, nil)
+}
+
+// writeLoop is the connection's only writer. It encodes events itself (once
+// each, straight into a reused buffer) and flushes when both queues are empty.
+func (c *conn) writeLoop() {
+	var buf []byte
+	write := func(b []byte) bool {
+		if err := c.t.WriteMessage(c.ctx, b); err != nil {
+			c.latch(ReasonTransportLost, err)
+			c.t.Close()
+			return false
+		}
+		return true
+	}
+	for {
+		select {
+		case ev := <-c.events:
+			buf = encodeEvent(buf[:0], ev)
+			if !write(buf) {
+				return
+			}
+		case b := <-c.responses:
+			if !write(b) {
+				return
+			}
+		case <-c.ctx.Done():
+			// Give already queued responses a last chance (stdio EOF leaves
+			// stdout usable), without waiting for anything new.
+			for {
+				select {
+				case b := <-c.responses:
+					if c.t.WriteMessage(context.Background(), b) != nil {
+						return
+					}
+				default:
+					_ = c.t.Flush()
+					return
+				}
+			}
+		}
+		if len(c.events) == 0 && len(c.responses) == 0 {
+			if err := c.t.Flush(); err != nil {
+				c.latch(ReasonTransportLost, err)
+				c.t.Close()
+				return
+			}
+		}
+	}
+}
+
+func encodeEvent(dst []byte, ev Event) []byte {
+	switch ev.Kind {
+	case EventOutput:
+		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
+	case EventExited:
+		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode)
+	default:
+		return wire.AppendClosedNotification(dst, ev.ProcessID, ev.Seq)
+	}
+}
+
+func sortInfos(infos []wire.ProcessInfo) {
+	sort.Slice(infos, func(i, j int) bool { return infos[i].ProcessID < infos[j].ProcessID })
+}

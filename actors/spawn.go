@@ -1,0 +1,259 @@
+package actors
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/creack/pty"
+)
+
+// Spec describes a child to start. It is what process/start asks for,
+// already validated and resolved by the connection edge.
+type Spec struct {
+	Argv      []string // Argv[0] is looked up on Env's PATH, then /bin:/usr/bin
+	Arg0      string   // if set, the argv[0] the child sees
+	Dir       string   // absolute working directory
+	Env       []string // the child's whole environment, KEY=VALUE
+	TTY       bool
+	PipeStdin bool
+	Rows      uint16 // PTY size; 0 means 24x80
+	Cols      uint16
+}
+
+// Session is the OS side of one process as the process actor sees it. The
+// real one is an osSession; tests substitute a fake that is driven by
+// channels. Methods are called only by the process actor's goroutine
+// except Write and CloseStdin, which are called only by the stdin writer.
+type Session interface {
+	// Pid is the child's pid (also its process group id), or 0 for a fake.
+	Pid() int
+	// Streams lists the output streams, one reader goroutine each.
+	Streams() []Stream
+	// Output returns the reader of stream i (index into Streams()).
+	Output(i int) Reader
+	// Wait blocks until the child has exited and been reaped and returns
+	// its exit code (128+N when killed by signal N). Called once, by the
+	// waiter goroutine.
+	Wait() int
+	// Stdin reports whether the child has a writable stdin.
+	HasStdin() bool
+	Write(p []byte) error
+	CloseStdin() error
+	// Signal sends sig to the child's whole process group.
+	Signal(sig syscall.Signal) error
+	// Resize sets the PTY window size; an error for a pipe session.
+	Resize(rows, cols uint16) error
+	// CloseOutputs closes the parent's read ends, which ends every reader
+	// even when a descendant outside our control still holds the write ends.
+	CloseOutputs()
+}
+
+// Reader is one output stream.
+type Reader interface {
+	Read(p []byte) (int, error)
+}
+
+// ErrNotPTY is returned by Resize on a pipe session.
+var ErrNotPTY = errors.New("actors: process is not attached to a PTY")
+
+// SpawnError is a child that could not be started; Err is the OS error.
+type SpawnError struct {
+	Argv0 string
+	Err   error
+}
+
+func (e *SpawnError) Error() string { return fmt.Sprintf("failed to spawn %s: %v", e.Argv0, e.Err) }
+func (e *SpawnError) Unwrap() error { return e.Err }
+
+type osSession struct {
+	proc    *os.Process
+	pid     int
+	tty     bool
+	outputs []*os.File // pipes: stdout, stderr; pty: the master
+	streams []Stream
+	stdin   *os.File // pipe write end, or the PTY master; nil without stdin
+}
+
+// LookPath resolves argv0 the way process/start does: a name with a slash
+// is used as is (relative to dir); otherwise each directory of the child's
+// PATH, then /bin and /usr/bin.
+func LookPath(argv0, dir string, env []string) (string, error) {
+	if strings.Contains(argv0, "/") {
+		return argv0, nil
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	dirs := filepath.SplitList(path)
+	dirs = append(dirs, "/bin", "/usr/bin")
+	for _, d := range dirs {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, argv0)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fs.ErrNotExist
+}
+
+// startOS starts the child described by spec in its own session and
+// process group.
+func startOS(spec Spec) (_ *osSession, err error) {
+	if len(spec.Argv) == 0 {
+		return nil, &SpawnError{Err: errors.New("argv must not be empty")}
+	}
+	if st, serr := os.Stat(spec.Dir); serr != nil {
+		return nil, &SpawnError{Argv0: spec.Argv[0], Err: fmt.Errorf("cwd %s: %w", spec.Dir, errUnwrapPath(serr))}
+	} else if !st.IsDir() {
+		return nil, &SpawnError{Argv0: spec.Argv[0], Err: fmt.Errorf("cwd %s: %w", spec.Dir, syscall.ENOTDIR)}
+	}
+	path, err := LookPath(spec.Argv[0], spec.Dir, spec.Env)
+	if err != nil {
+		return nil, &SpawnError{Argv0: spec.Argv[0], Err: syscall.ENOENT}
+	}
+	argv := append([]string(nil), spec.Argv...)
+	if spec.Arg0 != "" {
+		argv[0] = spec.Arg0
+	}
+	s := &osSession{tty: spec.TTY}
+	var childFiles []*os.File // closed in the parent after start
+	defer func() {
+		for _, f := range childFiles {
+			f.Close()
+		}
+		if err != nil {
+			for _, f := range s.outputs {
+				f.Close()
+			}
+			if s.stdin != nil && !s.tty {
+				s.stdin.Close()
+			}
+		}
+	}()
+	attr := &os.ProcAttr{Dir: spec.Dir, Env: spec.Env, Sys: &syscall.SysProcAttr{Setsid: true}}
+	if spec.TTY {
+		master, slave, perr := pty.Open()
+		if perr != nil {
+			return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
+		}
+		rows, cols := spec.Rows, spec.Cols
+		if rows == 0 || cols == 0 {
+			rows, cols = 24, 80
+		}
+		_ = pty.Setsize(master, &pty.Winsize{Rows: rows, Cols: cols})
+		childFiles = append(childFiles, slave)
+		s.outputs, s.streams, s.stdin = []*os.File{master}, []Stream{PTY}, master
+		attr.Files = []*os.File{slave, slave, slave}
+		attr.Sys.Setctty = true
+		attr.Sys.Ctty = 0
+	} else {
+		var stdinChild *os.File
+		if spec.PipeStdin {
+			r, w, perr := os.Pipe()
+			if perr != nil {
+				return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
+			}
+			stdinChild, s.stdin = r, w
+		} else {
+			devnull, perr := os.Open(os.DevNull)
+			if perr != nil {
+				return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
+			}
+			stdinChild = devnull
+		}
+		childFiles = append(childFiles, stdinChild)
+		outR, outW, perr := os.Pipe()
+		if perr != nil {
+			return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
+		}
+		childFiles = append(childFiles, outW)
+		s.outputs = append(s.outputs, outR)
+		errR, errW, perr := os.Pipe()
+		if perr != nil {
+			return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
+		}
+		childFiles = append(childFiles, errW)
+		s.outputs = append(s.outputs, errR)
+		s.streams = []Stream{Stdout, Stderr}
+		attr.Files = []*os.File{stdinChild, outW, errW}
+	}
+	proc, serr := os.StartProcess(path, argv, attr)
+	if serr != nil {
+		return nil, &SpawnError{Argv0: spec.Argv[0], Err: errUnwrapPath(serr)}
+	}
+	s.proc, s.pid = proc, proc.Pid
+	return s, nil
+}
+
+func errUnwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func (s *osSession) Pid() int            { return s.pid }
+func (s *osSession) Streams() []Stream   { return s.streams }
+func (s *osSession) Output(i int) Reader { return s.outputs[i] }
+func (s *osSession) HasStdin() bool      { return s.stdin != nil }
+
+func (s *osSession) Wait() int {
+	st, err := s.proc.Wait()
+	if err != nil {
+		return -1
+	}
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	if ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return st.ExitCode()
+}
+
+func (s *osSession) Write(p []byte) error {
+	_, err := s.stdin.Write(p)
+	return err
+}
+
+func (s *osSession) CloseStdin() error {
+	if s.tty {
+		// A PTY has no separate stdin: send the terminal's EOF character.
+		_, err := s.stdin.Write([]byte{4})
+		return err
+	}
+	return s.stdin.Close()
+}
+
+func (s *osSession) Signal(sig syscall.Signal) error {
+	err := syscall.Kill(-s.pid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+func (s *osSession) Resize(rows, cols uint16) error {
+	if !s.tty {
+		return ErrNotPTY
+	}
+	return pty.Setsize(s.outputs[0], &pty.Winsize{Rows: rows, Cols: cols})
+}
+
+func (s *osSession) CloseOutputs() {
+	for _, f := range s.outputs {
+		f.Close()
+	}
+}

@@ -1,0 +1,109 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Config configures a Supervisor. Zero values are replaced by defaults in
+// package runtime, which documents them; here every field must be set.
+type Config struct {
+	Proc ProcConfig
+	// DetachTTL is how long a dropped websocket's session survives; 0 terminates it at once.
+	DetachTTL time.Duration
+	Logger    *zap.Logger
+}
+
+// Supervisor owns the registry actor and tracks every goroutine the actors
+// start, so that Stop/Kill and Wait account for all of them.
+//
+// All methods may be called concurrently.
+type Supervisor struct {
+	cfg Config
+	log *zap.Logger
+
+	stopOnce, killOnce sync.Once
+	stopCh, killCh     chan struct{} // closed once by Stop/Kill (their only owner)
+
+	wg       sync.WaitGroup
+	registry *registry
+}
+
+// NewSupervisor starts a supervisor and its session registry.
+func NewSupervisor(cfg Config) *Supervisor {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	s := &Supervisor{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		stopCh: make(chan struct{}),
+		killCh: make(chan struct{}),
+	}
+	s.registry = newRegistry(s)
+	s.wg.Go(s.registry.run)
+	return s
+}
+
+// Spawn starts a child and its process actor. sub, if not nil, receives
+// live events from seq 1.
+func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, error) {
+	if s.stopped() {
+		return nil, ErrStopped
+	}
+	sess, err := startOS(spec)
+	if err != nil {
+		return nil, err
+	}
+	return s.SpawnSession(id, spec.Argv, spec.TTY, sess, sub), nil
+}
+
+// SpawnSession starts a process actor around an already started session
+// (tests pass a fake one).
+func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Session, sub *Subscriber) *ProcessRef {
+	log := s.log.Named("proc").With(zap.String("process_id", id), zap.Int("pid", sess.Pid()))
+	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
+	p.startHelpers(&s.wg)
+	s.wg.Go(func() { p.run(s.stopCh, s.killCh) })
+	log.Debug("process started", zap.Strings("argv", argv), zap.Bool("tty", tty))
+	return ref
+}
+
+func (s *Supervisor) stopped() bool {
+	select {
+	case <-s.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop begins a graceful stop: no new processes; every process gets
+// SIGTERM (SIGHUP on a PTY) and SIGKILL after the shutdown grace; actors
+// exit once their process is closed.
+func (s *Supervisor) Stop() { s.stopOnce.Do(func() { close(s.stopCh) }) }
+
+// Kill stops at once: SIGKILL to every process group.
+func (s *Supervisor) Kill() {
+	s.Stop()
+	s.killOnce.Do(func() { close(s.killCh) })
+}
+
+// Wait waits until every actor and helper goroutine has exited, or ctx ends.
+func (s *Supervisor) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ErrShuttingDown is returned for work refused because the supervisor is stopping.
+var ErrShuttingDown = errors.New("actors: shutting down")

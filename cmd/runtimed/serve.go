@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/runtimed/runtimed/runtime"
+	"github.com/runtimed/runtimed/wire"
+)
+
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("runtimed serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "ws://127.0.0.1:0", "where to listen: ws://IP:PORT (port 0 picks a free one) or stdio://")
+	detachTTL := fs.Duration("detach-ttl", runtime.DefaultDetachTTL, "how long a dropped websocket's session and processes survive for a resume (0: terminate at once)")
+	retainBytes := fs.Int("retain-bytes", runtime.DefaultRetainBytes, "retained output per process, in bytes")
+	retainChunks := fs.Int("retain-chunks", runtime.DefaultRetainChunks, "retained output per process, in chunks")
+	closedRetention := fs.Duration("closed-retention", runtime.DefaultClosedRetention, "how long a closed process stays readable (0: forget at once)")
+	shutdownGrace := fs.Duration("shutdown-grace", runtime.DefaultShutdownGrace, "on SIGINT/SIGTERM, time between SIGTERM and SIGKILL for children")
+	maxMessage := fs.Int("max-message-bytes", runtime.DefaultMaxMessageBytes, "largest inbound message")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error (logs go to stderr)")
+	tokenFile := fs.String("auth-token-file", "", "file holding the bearer token every websocket client must send (or set RUNTIMED_AUTH_TOKEN)")
+	var origins stringList
+	fs.Var(&origins, "allowed-origin", "an Origin header value allowed to connect (repeatable; by default any request with an Origin is refused)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "runtimed serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	level, err := zapcore.ParseLevel(*logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "runtimed serve: --log-level: %v\n", err)
+		return 2
+	}
+	log := newLogger(stderr, level)
+	defer log.Sync() //nolint:errcheck
+
+	token := os.Getenv("RUNTIMED_AUTH_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "runtimed serve: --auth-token-file: %v\n", err)
+			return 2
+		}
+		token = strings.TrimSpace(string(b))
+		if token == "" {
+			fmt.Fprintf(stderr, "runtimed serve: --auth-token-file %s is empty\n", *tokenFile)
+			return 2
+		}
+	}
+	cfg := runtime.Config{
+		Logger:          log,
+		DetachTTL:       nonZero(*detachTTL),
+		RetainBytes:     *retainBytes,
+		RetainChunks:    *retainChunks,
+		ClosedRetention: nonZero(*closedRetention),
+		ShutdownGrace:   *shutdownGrace,
+		MaxMessageBytes: *maxMessage,
+		AuthToken:       token,
+		AllowedOrigins:  origins,
+	}
+	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 {
+		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks and --max-message-bytes must be positive")
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	switch {
+	case *listen == "stdio" || *listen == "stdio://":
+		return serveStdio(ctx, cfg, stdin, stdout, log)
+	case strings.HasPrefix(*listen, "ws://"):
+		return serveWS(ctx, cfg, *listen, stdout, stderr, log)
+	default:
+		fmt.Fprintf(stderr, "runtimed serve: --listen %q: expected ws://IP:PORT or stdio://\n", *listen)
+		return 2
+	}
+}
+
+// nonZero maps the CLI's "0 means none" onto Config's "negative means none".
+func nonZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), level)
+	return zap.New(core).Named("runtimed")
+}
+
+func serveWS(ctx context.Context, cfg runtime.Config, listen string, stdout, stderr io.Writer, log *zap.Logger) int {
+	addr, err := parseWSListen(listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "runtimed serve: --listen %q: %v\n", listen, err)
+		return 2
+	}
+	if !addr.IP.IsLoopback() && cfg.AuthToken == "" {
+		fmt.Fprintf(stderr, "runtimed serve: refusing to listen on non-loopback address %s without authentication; set --auth-token-file (or RUNTIMED_AUTH_TOKEN)\n", addr.IP)
+		return 2
+	}
+	l, err := net.ListenTCP("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "runtimed serve: %v\n", err)
+		return 1
+	}
+	srv := runtime.NewServer(cfg)
+	url := "ws://" + l.Addr().String()
+	fmt.Fprintln(stdout, url)
+	log.Info("listening", zap.String("url", url), zap.Bool("auth", cfg.AuthToken != ""))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	select {
+	case <-ctx.Done():
+		log.Info("signal received; shutting down")
+	case err := <-served:
+		log.Error("serve failed", zap.Error(err))
+		_ = srv.Close()
+		return 1
+	}
+	return shutdown(srv, cfg, log)
+}
+
+func serveStdio(ctx context.Context, cfg runtime.Config, stdin io.Reader, stdout io.Writer, log *zap.Logger) int {
+	srv := runtime.NewServer(cfg)
+	t := wire.NewStdioTransport(stdin, stdout, cfg.MaxMessageBytes)
+	done := make(chan struct{})
+	go func() {
+		_ = srv.ServeTransport(t, false)
+		close(done)
+	}()
+	select {
+	case <-done:
+		log.Debug("stdin closed; shutting down")
+	case <-ctx.Done():
+		log.Info("signal received; shutting down")
+	}
+	code := shutdown(srv, cfg, log)
+	<-done
+	return code
+}
+
+func shutdown(srv *runtime.Server, cfg runtime.Config, log *zap.Logger) int {
+	grace := srv.Config().ShutdownGrace
+	ctx, cancel := context.WithTimeout(context.Background(), grace+5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		log.Warn("shutdown did not finish in time; children were killed", zap.Error(err))
+	}
+	return 0
+}
+
+// parseWSListen accepts ws://IP:PORT with an IP literal (no hostnames: what
+// a name resolves to is not something to guess when exposing a process runner).
+func parseWSListen(listen string) (*net.TCPAddr, error) {
+	u, err := url.Parse(listen)
+	if err != nil {
+		return nil, err
+	}
+	if u.Path != "" && u.Path != "/" {
+		return nil, errors.New("a path is not allowed")
+	}
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		return nil, errors.New("a port is required (0 picks a free one)")
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return nil, fmt.Errorf("%q is a hostname; use an IP address such as 127.0.0.1", host)
+	}
+	p, err := net.LookupPort("tcp", port)
+	if err != nil {
+		return nil, fmt.Errorf("bad port %q", port)
+	}
+	return &net.TCPAddr{IP: ip, Port: p}, nil
+}

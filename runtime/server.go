@@ -1,0 +1,281 @@
+package runtime
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/wire"
+)
+
+// Defaults, documented in one place (also in doc.go and README).
+const (
+	DefaultDetachTTL       = 30 * time.Second
+	DefaultRetainBytes     = 1 << 20
+	DefaultRetainChunks    = 50_000
+	DefaultClosedRetention = 30 * time.Second
+	DefaultShutdownGrace   = 2 * time.Second
+	DefaultMaxMessageBytes = wire.DefaultMaxMessageBytes
+	// drainAfterTerminate: how long a terminated process's output may still
+	// drain after it exits before its streams are closed by force.
+	drainAfterTerminate = 100 * time.Millisecond
+)
+
+// Config configures a Server. The zero value means the documented defaults.
+type Config struct {
+	// Logger receives structured logs; nil means no logging. Never stdout.
+	Logger *zap.Logger
+	// DetachTTL: how long a dropped websocket's session (and its processes)
+	// survives for a resume. Zero means DefaultDetachTTL; negative means
+	// none (terminate at once).
+	DetachTTL time.Duration
+	// RetainBytes and RetainChunks bound retained output per process.
+	RetainBytes  int
+	RetainChunks int
+	// ClosedRetention: how long a closed process stays readable. Zero means
+	// the default; negative means it is forgotten at once.
+	ClosedRetention time.Duration
+	// ShutdownGrace: SIGTERM-to-SIGKILL grace on Shutdown.
+	ShutdownGrace time.Duration
+	// MaxMessageBytes limits inbound messages on both transports.
+	MaxMessageBytes int
+	// AuthToken, if set, is required as "Authorization: Bearer <token>" on
+	// every websocket upgrade.
+	AuthToken string
+	// AllowedOrigins lists Origin header values that may connect. Any other
+	// request carrying an Origin header is refused with 403.
+	AllowedOrigins []string
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	switch {
+	case c.DetachTTL == 0:
+		c.DetachTTL = DefaultDetachTTL
+	case c.DetachTTL < 0:
+		c.DetachTTL = 0
+	}
+	if c.RetainBytes <= 0 {
+		c.RetainBytes = DefaultRetainBytes
+	}
+	if c.RetainChunks <= 0 {
+		c.RetainChunks = DefaultRetainChunks
+	}
+	switch {
+	case c.ClosedRetention == 0:
+		c.ClosedRetention = DefaultClosedRetention
+	case c.ClosedRetention < 0:
+		c.ClosedRetention = 0
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	return c
+}
+
+// ErrServerClosed is returned by Serve and ServeTransport after Shutdown or Close.
+var ErrServerClosed = errors.New("runtime: server closed")
+
+// Server serves the runtimed protocol on any number of websocket listeners
+// and transports, over one shared supervisor. Its methods may be called
+// concurrently.
+type Server struct {
+	cfg Config
+	log *zap.Logger
+	sup *actors.Supervisor
+
+	ctx    context.Context // cancelled (cause ReasonShutdown) when closing
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex // guards listeners and closing; never held during I/O
+	listeners map[net.Listener]*http.Server
+	closing   bool
+	conns     sync.WaitGroup
+}
+
+// NewServer returns a server with its supervisor running.
+func NewServer(cfg Config) *Server {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Server{
+		cfg: cfg,
+		log: cfg.Logger,
+		sup: actors.NewSupervisor(actors.Config{
+			Proc: actors.ProcConfig{
+				RetainBytes:         cfg.RetainBytes,
+				RetainChunks:        cfg.RetainChunks,
+				ClosedRetention:     cfg.ClosedRetention,
+				DrainAfterTerminate: drainAfterTerminate,
+				ShutdownGrace:       cfg.ShutdownGrace,
+			},
+			DetachTTL: cfg.DetachTTL,
+			Logger:    cfg.Logger,
+		}),
+		ctx:       ctx,
+		cancel:    cancel,
+		listeners: make(map[net.Listener]*http.Server),
+	}
+}
+
+// Config returns the effective configuration (defaults applied).
+func (s *Server) Config() Config { return s.cfg }
+
+// Handler returns the HTTP handler: GET /readyz, and websocket upgrades on
+// any other path, after the Origin and bearer-token checks.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if origin := r.Header.Get("Origin"); origin != "" && !s.originAllowed(origin) {
+		http.Error(w, "requests with an Origin header are refused", http.StatusForbidden)
+		return
+	}
+	if r.URL.Path == "/readyz" && r.Method == http.MethodGet {
+		if s.isClosing() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("ok\n"))
+		return
+	}
+	if s.cfg.AuthToken != "" && !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="runtimed"`)
+		http.Error(w, "missing or invalid bearer token", http.StatusUnauthorized)
+		return
+	}
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		http.Error(w, "runtimed speaks JSON-RPC over websocket here; GET /readyz for health", http.StatusBadRequest)
+		return
+	}
+	opts := &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled, InsecureSkipVerify: true}
+	c, err := websocket.Accept(w, r, opts)
+	if err != nil {
+		s.log.Debug("websocket accept failed", zap.Error(err))
+		return
+	}
+	t := wire.NewWebsocketTransport(c, s.cfg.MaxMessageBytes)
+	_ = s.ServeTransport(t, true)
+}
+
+func (s *Server) originAllowed(origin string) bool {
+	for _, o := range s.cfg.AllowedOrigins {
+		if o == "*" || strings.EqualFold(o, origin) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AuthToken)) == 1
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// Serve accepts websocket connections on l until Shutdown or Close; then it
+// returns ErrServerClosed.
+func (s *Server) Serve(l net.Listener) error {
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(s.log.Named("http"))}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.listeners[l] = hs
+	s.mu.Unlock()
+	err := hs.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return ErrServerClosed
+	}
+	return err
+}
+
+// ServeTransport serves one connection on t and returns when it ends.
+// With resumable, a dropped connection detaches its session for the detach
+// TTL (websocket); otherwise its end terminates its processes (stdio).
+func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		t.Close()
+		return ErrServerClosed
+	}
+	s.conns.Add(1)
+	s.mu.Unlock()
+	defer s.conns.Done()
+	return s.sup.ServeConn(s.ctx, t, actors.ConnOptions{Resumable: resumable, Logger: s.log.Named("conn")})
+}
+
+// Shutdown stops accepting, ends every connection, terminates every process
+// (SIGTERM, SIGKILL after the shutdown grace) and waits for all of it, or
+// until ctx ends, in which case everything is killed and ctx's error is
+// returned.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.sup.Stop() // first, so ending connections leave their processes to the graceful stop
+	s.beginClose()
+	done := make(chan struct{})
+	go func() { s.conns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.sup.Kill()
+		<-done
+		_ = s.sup.Wait(context.Background())
+		return ctx.Err()
+	}
+	if err := s.sup.Wait(ctx); err != nil {
+		s.sup.Kill()
+		_ = s.sup.Wait(context.Background())
+		return err
+	}
+	return nil
+}
+
+// Close kills every process (SIGKILL), ends every connection and returns
+// once all goroutines have exited.
+func (s *Server) Close() error {
+	s.beginClose()
+	s.sup.Kill()
+	s.conns.Wait()
+	return s.sup.Wait(context.Background())
+}
+
+func (s *Server) beginClose() {
+	s.mu.Lock()
+	s.closing = true
+	hss := make([]*http.Server, 0, len(s.listeners))
+	for _, hs := range s.listeners {
+		hss = append(hss, hs)
+	}
+	clear(s.listeners)
+	s.mu.Unlock()
+	s.cancel(&actors.ConnError{Reason: actors.ReasonShutdown})
+	for _, hs := range hss {
+		// Websocket connections are hijacked, so Close only stops the
+		// listener; the cancel above ends the connections themselves.
+		_ = hs.Close()
+	}
+}

@@ -1,0 +1,217 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// ID is a request id exactly as the client sent it: the raw JSON of an
+// integer or a string. It is echoed byte for byte in the response.
+type ID []byte
+
+// MalformedID is the id of the answer to a message that could not be parsed.
+var MalformedID = ID("-1")
+
+// IntID returns the ID of an integer.
+func IntID(n int64) ID { return ID(strconv.AppendInt(nil, n, 10)) }
+
+// StringID returns the ID of a string.
+func StringID(s string) ID { b, _ := json.Marshal(s); return ID(b) }
+
+// String returns the raw JSON text of the id.
+func (id ID) String() string { return string(id) }
+
+// Kind tells what a decoded message is.
+type Kind int
+
+const (
+	KindRequest Kind = iota + 1
+	KindNotification
+	KindResponse
+)
+
+// Message is one decoded inbound envelope. Params, Result and Error are raw
+// JSON; Params is nil when absent or null.
+type Message struct {
+	Kind   Kind
+	ID     ID
+	Method string
+	Params json.RawMessage
+	Result json.RawMessage
+	Error  json.RawMessage
+}
+
+type rawEnvelope struct {
+	ID     json.RawMessage `json:"id"`
+	Method *string         `json:"method"`
+	Params json.RawMessage `json:"params"`
+	Result json.RawMessage `json:"result"`
+	Error  json.RawMessage `json:"error"`
+	// "jsonrpc" and unknown members are ignored.
+}
+
+var null = []byte("null")
+
+// Decode parses one inbound message. A message that is not valid JSON or
+// not a valid envelope yields an error from [ErrMalformed]; the caller
+// answers it with [MalformedID] and keeps the connection open.
+func Decode(data []byte) (Message, *Error) {
+	var env rawEnvelope
+	if err := json.Unmarshal(data, &env); err != nil {
+		return Message{}, ErrMalformed(err.Error())
+	}
+	var m Message
+	id := bytes.TrimSpace(env.ID)
+	if len(id) > 0 && !bytes.Equal(id, null) {
+		if !validID(id) {
+			return Message{}, ErrMalformed("id must be an integer or a string")
+		}
+		m.ID = ID(id)
+	}
+	if p := bytes.TrimSpace(env.Params); len(p) > 0 && !bytes.Equal(p, null) {
+		m.Params = p
+	}
+	switch {
+	case env.Method != nil && m.ID != nil:
+		m.Kind, m.Method = KindRequest, *env.Method
+	case env.Method != nil:
+		m.Kind, m.Method = KindNotification, *env.Method
+	case m.ID != nil && (env.Result != nil || env.Error != nil):
+		m.Kind, m.Result, m.Error = KindResponse, env.Result, env.Error
+	default:
+		return Message{}, ErrMalformed("expected a request, a notification or a response")
+	}
+	if m.Method == "" && m.Kind != KindResponse {
+		return Message{}, ErrMalformed("method must not be empty")
+	}
+	return m, nil
+}
+
+func validID(id []byte) bool {
+	switch id[0] {
+	case '"':
+		var s string
+		return json.Unmarshal(id, &s) == nil
+	default:
+		_, err := strconv.ParseInt(string(id), 10, 64)
+		return err == nil
+	}
+}
+
+// AppendResult appends the response {"id":ID,"result":R} to dst. result is
+// marshalled with encoding/json; a json.RawMessage is copied as is.
+func AppendResult(dst []byte, id ID, result any) ([]byte, error) {
+	dst = append(dst, `{"id":`...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"result":`...)
+	switch r := result.(type) {
+	case json.RawMessage:
+		dst = append(dst, r...)
+	case nil:
+		dst = append(dst, "{}"...)
+	default:
+		b, err := json.Marshal(r)
+		if err != nil {
+			return dst, err
+		}
+		dst = append(dst, b...)
+	}
+	return append(dst, '}'), nil
+}
+
+// AppendError appends the response {"id":ID,"error":{...}} to dst.
+func AppendError(dst []byte, id ID, e *Error) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"error":{"code":`...)
+	dst = strconv.AppendInt(dst, int64(e.Code), 10)
+	dst = append(dst, `,"message":`...)
+	dst = AppendString(dst, e.Message)
+	return append(dst, "}}"...)
+}
+
+// AppendNotification appends {"method":M,"params":P} to dst.
+func AppendNotification(dst []byte, method string, params any) ([]byte, error) {
+	dst = append(dst, `{"method":`...)
+	dst = AppendString(dst, method)
+	dst = append(dst, `,"params":`...)
+	b, err := json.Marshal(params)
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, b...)
+	return append(dst, '}'), nil
+}
+
+// AppendRequest appends {"id":ID,"method":M,"params":P} to dst (used by clients).
+func AppendRequest(dst []byte, id ID, method string, params any) ([]byte, error) {
+	dst = append(dst, `{"id":`...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"method":`...)
+	dst = AppendString(dst, method)
+	if params != nil {
+		dst = append(dst, `,"params":`...)
+		b, err := json.Marshal(params)
+		if err != nil {
+			return dst, err
+		}
+		dst = append(dst, b...)
+	}
+	return append(dst, '}'), nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// AppendString appends s as a JSON string. It escapes what encoding/json
+// escapes (control characters, quote, backslash, <, >, &, U+2028, U+2029)
+// and replaces invalid UTF-8 with U+FFFD, so its output decodes to the same
+// string encoding/json would produce.
+func AppendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < 0x80 {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}

@@ -1,0 +1,108 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+)
+
+// JSON-RPC error codes of PROTOCOL.md section 2. They are mapped here and
+// nowhere else: other packages return typed errors or sentinels and the
+// connection edge turns them into an *Error with [AsError].
+const (
+	CodeInvalidRequest  = -32600
+	CodeMethodNotFound  = -32601
+	CodeInvalidParams   = -32602
+	CodeInternal        = -32603
+	CodeNotFound        = -32004
+	CodeSessionAttached = -32010
+)
+
+// Error is a JSON-RPC error object. Its Message is part of the contract:
+// clients match on it, so constructors below spell every quoted text of
+// PROTOCOL.md exactly once.
+type Error struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("wire: rpc error %d: %s", e.Code, e.Message) }
+
+// Sentinels for conditions callers branch on.
+var (
+	// ErrMessageTooBig is returned by a transport when an inbound message exceeds its limit.
+	ErrMessageTooBig = errors.New("wire: message too big")
+	// ErrClosed is returned by a transport after Close.
+	ErrClosed = errors.New("wire: transport closed")
+)
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code int, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// AsError converts any error to the *Error sent on the wire. An error that
+// wraps an *Error keeps its code and message; anything else is -32603 with
+// the error text (the OS text for spawn and stdin failures).
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeInternal, Message: err.Error()}
+}
+
+// Constructors for the messages PROTOCOL.md quotes.
+
+func ErrUnknownMethod(method string) *Error {
+	return Errorf(CodeMethodNotFound, "exec-server stub does not implement `%s` yet", method)
+}
+
+func ErrNotInitialized(family string) *Error {
+	return Errorf(CodeInvalidRequest, "client must call initialize before using %s methods", family)
+}
+
+func ErrNotInitializedAck(family string) *Error {
+	return Errorf(CodeInvalidRequest, "client must send initialized before using %s methods", family)
+}
+
+func ErrInitializeTwice() *Error {
+	return Errorf(CodeInvalidRequest, "initialize may only be sent once per connection")
+}
+
+func ErrUnknownSession(id string) *Error {
+	return Errorf(CodeInvalidRequest, "unknown session id %s", id)
+}
+
+func ErrSessionAttached(id string) *Error {
+	return Errorf(CodeSessionAttached, "session %s is already attached to another connection", id)
+}
+
+func ErrProcessExists(id string) *Error {
+	return Errorf(CodeInvalidRequest, "process %s already exists", id)
+}
+
+func ErrUnknownProcess(id string) *Error {
+	return Errorf(CodeInvalidRequest, "unknown process id %s", id)
+}
+
+func ErrEmptyArgv() *Error { return Errorf(CodeInvalidParams, "argv must not be empty") }
+
+func ErrEmptyWriteID() *Error { return Errorf(CodeInvalidParams, "writeId must not be empty") }
+
+func ErrSandbox() *Error {
+	return Errorf(CodeInvalidParams, "sandbox intent cannot be enforced on this executor")
+}
+
+func ErrMissingField(field string) *Error {
+	return Errorf(CodeInvalidParams, "missing field `%s`", field)
+}
+
+func ErrNotPTY() *Error {
+	return Errorf(CodeInvalidRequest, "process is not attached to a PTY")
+}
+
+// ErrMalformed is the error for a message that is not valid JSON or not a
+// valid envelope; it is answered with id -1.
+func ErrMalformed(detail string) *Error {
+	return Errorf(CodeInvalidRequest, "invalid JSON-RPC message: %s", detail)
+}

@@ -1,0 +1,41 @@
+package wire
+
+import (
+	"encoding/base64"
+	"strconv"
+)
+
+// AppendOutputNotification appends a process/output notification to dst
+// without reflection or intermediate copies: the chunk is base64-encoded
+// straight into dst. This is the server's hot path.
+func AppendOutputNotification(dst []byte, processID string, seq uint64, stream string, chunk []byte) []byte {
+	dst = append(dst, `{"method":"process/output","params":{"processId":`...)
+	dst = AppendString(dst, processID)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	dst = append(dst, `,"stream":"`...)
+	dst = append(dst, stream...)
+	dst = append(dst, `","chunk":"`...)
+	dst = base64.StdEncoding.AppendEncode(dst, chunk)
+	return append(dst, `"}}`...)
+}
+
+// AppendExitedNotification appends a process/exited notification to dst.
+func AppendExitedNotification(dst []byte, processID string, seq uint64, exitCode int) []byte {
+	dst = append(dst, `{"method":"process/exited","params":{"processId":`...)
+	dst = AppendString(dst, processID)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	dst = append(dst, `,"exitCode":`...)
+	dst = strconv.AppendInt(dst, int64(exitCode), 10)
+	return append(dst, `,"sandboxDenied":false}}`...)
+}
+
+// AppendClosedNotification appends a process/closed notification to dst.
+func AppendClosedNotification(dst []byte, processID string, seq uint64) []byte {
+	dst = append(dst, `{"method":"process/closed","params":{"processId":`...)
+	dst = AppendString(dst, processID)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	return append(dst, `}}`...)
+}

@@ -1,0 +1,217 @@
+package wire
+
+import "encoding/json"
+
+// Method names of PROTOCOL.md.
+const (
+	MethodInitialize        = "initialize"
+	MethodInitialized       = "initialized"
+	MethodEnvironmentStatus = "environment/status"
+
+	MethodProcessStart      = "process/start"
+	MethodProcessRead       = "process/read"
+	MethodProcessWrite      = "process/write"
+	MethodProcessTerminate  = "process/terminate"
+	MethodProcessSignal     = "process/signal"
+	MethodProcessResize     = "process/resize"
+	MethodProcessCloseStdin = "process/closeStdin"
+	MethodProcessList       = "process/list"
+
+	NotifyProcessOutput = "process/output"
+	NotifyProcessExited = "process/exited"
+	NotifyProcessClosed = "process/closed"
+)
+
+// Stream names.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	StreamPTY    = "pty"
+)
+
+// Write statuses.
+const (
+	WriteAccepted       = "accepted"
+	WriteUnknownProcess = "unknownProcess"
+	WriteStdinClosed    = "stdinClosed"
+	WriteStarting       = "starting"
+)
+
+// InitializeParams are the params of initialize.
+type InitializeParams struct {
+	ClientName      string  `json:"clientName"`
+	ResumeSessionID *string `json:"resumeSessionId"`
+}
+
+func (*InitializeParams) RequiredFields() []string { return nil }
+
+// InitializeResult is the result of initialize.
+type InitializeResult struct {
+	SessionID string `json:"sessionId"`
+}
+
+// StatusResult is the result of environment/status.
+type StatusResult struct {
+	Status string `json:"status"`
+}
+
+// Size is a terminal size.
+type Size struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// EnvPolicy builds a child's base environment from the server's own
+// (PROTOCOL.md section 4).
+type EnvPolicy struct {
+	Inherit               string            `json:"inherit"`
+	IgnoreDefaultExcludes bool              `json:"ignoreDefaultExcludes"`
+	Exclude               []string          `json:"exclude"`
+	Set                   map[string]string `json:"set"`
+	IncludeOnly           []string          `json:"includeOnly"`
+}
+
+// StartParams are the params of process/start.
+type StartParams struct {
+	ProcessID string            `json:"processId"`
+	Argv      []string          `json:"argv"`
+	Cwd       string            `json:"cwd"`
+	Env       map[string]string `json:"env"`
+	EnvPolicy *EnvPolicy        `json:"envPolicy"`
+	TTY       bool              `json:"tty"`
+	PipeStdin bool              `json:"pipeStdin"`
+	Arg0      *string           `json:"arg0"`
+	Size      *Size             `json:"size"`
+	Sandbox   json.RawMessage   `json:"sandbox"`
+}
+
+func (*StartParams) RequiredFields() []string { return []string{"processId", "argv", "cwd"} }
+
+// ProcessIDResult is {"processId"}.
+type ProcessIDResult struct {
+	ProcessID string `json:"processId"`
+}
+
+// ReadParams are the params of process/read.
+type ReadParams struct {
+	ProcessID string  `json:"processId"`
+	AfterSeq  uint64  `json:"afterSeq"`
+	MaxBytes  *uint64 `json:"maxBytes"`
+	WaitMs    uint64  `json:"waitMs"`
+}
+
+func (*ReadParams) RequiredFields() []string { return []string{"processId"} }
+
+// Chunk is one retained output chunk.
+type Chunk struct {
+	Seq    uint64 `json:"seq"`
+	Stream string `json:"stream"`
+	Chunk  Base64 `json:"chunk"`
+}
+
+// ReadResult is the result of process/read.
+type ReadResult struct {
+	Chunks        []Chunk `json:"chunks"`
+	NextSeq       uint64  `json:"nextSeq"`
+	Exited        bool    `json:"exited"`
+	ExitCode      *int    `json:"exitCode"`
+	Closed        bool    `json:"closed"`
+	Failure       *string `json:"failure"`
+	SandboxDenied bool    `json:"sandboxDenied"`
+}
+
+// WriteParams are the params of process/write.
+type WriteParams struct {
+	ProcessID string  `json:"processId"`
+	Chunk     Base64  `json:"chunk"`
+	WriteID   *string `json:"writeId"`
+}
+
+func (*WriteParams) RequiredFields() []string { return []string{"processId", "chunk"} }
+func (*WriteParams) Base64Field() string      { return "chunk" }
+
+// WriteResult is the result of process/write.
+type WriteResult struct {
+	Status string `json:"status"`
+}
+
+// ProcessParams are params that only name a process (process/closeStdin).
+type ProcessParams struct {
+	ProcessID string `json:"processId"`
+}
+
+func (*ProcessParams) RequiredFields() []string { return []string{"processId"} }
+
+// TerminateParams are the params of process/terminate.
+type TerminateParams struct {
+	ProcessID string  `json:"processId"`
+	GraceMs   *uint64 `json:"graceMs"`
+}
+
+func (*TerminateParams) RequiredFields() []string { return []string{"processId"} }
+
+// TerminateResult is the result of process/terminate.
+type TerminateResult struct {
+	Running bool `json:"running"`
+}
+
+// SignalParams are the params of process/signal.
+type SignalParams struct {
+	ProcessID string `json:"processId"`
+	Signal    string `json:"signal"`
+}
+
+func (*SignalParams) RequiredFields() []string { return []string{"processId", "signal"} }
+
+// ResizeParams are the params of process/resize.
+type ResizeParams struct {
+	ProcessID string `json:"processId"`
+	Rows      uint16 `json:"rows"`
+	Cols      uint16 `json:"cols"`
+}
+
+func (*ResizeParams) RequiredFields() []string { return []string{"processId", "rows", "cols"} }
+
+// ProcessInfo is one entry of process/list.
+type ProcessInfo struct {
+	ProcessID string   `json:"processId"`
+	PID       int      `json:"pid"`
+	Argv      []string `json:"argv"`
+	TTY       bool     `json:"tty"`
+	State     string   `json:"state"`
+	ExitCode  *int     `json:"exitCode"`
+	NextSeq   uint64   `json:"nextSeq"`
+}
+
+// ListResult is the result of process/list.
+type ListResult struct {
+	Processes []ProcessInfo `json:"processes"`
+}
+
+// NoParams accepts {}, null or nothing.
+type NoParams struct{}
+
+func (*NoParams) RequiredFields() []string { return nil }
+
+// ExitedNotification is process/exited.
+type ExitedNotification struct {
+	ProcessID     string `json:"processId"`
+	Seq           uint64 `json:"seq"`
+	ExitCode      int    `json:"exitCode"`
+	SandboxDenied bool   `json:"sandboxDenied"`
+}
+
+// ClosedNotification is process/closed.
+type ClosedNotification struct {
+	ProcessID string `json:"processId"`
+	Seq       uint64 `json:"seq"`
+}
+
+// OutputNotification is process/output. Servers encode it with
+// [AppendOutputNotification]; clients decode it with encoding/json.
+type OutputNotification struct {
+	ProcessID string `json:"processId"`
+	Seq       uint64 `json:"seq"`
+	Stream    string `json:"stream"`
+	Chunk     Base64 `json:"chunk"`
+}

@@ -1,0 +1,113 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// StdioTransport frames one JSON message per line over a reader and a
+// writer (a server's stdin/stdout, or a client's pipes to a child).
+type StdioTransport struct {
+	// Reader side: owned by the single ReadMessage caller.
+	r      *bufio.Reader
+	max    int
+	line   []byte
+	rclose io.Closer
+
+	// Writer side: owned by the single WriteMessage/Flush caller.
+	w      *bufio.Writer
+	wclose io.Closer
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+// NewStdioTransport returns a line-framed transport. maxMessage <= 0 means
+// DefaultMaxMessageBytes. If r or w is an io.Closer, Close closes it, which
+// unblocks a pending read or write on pipes.
+func NewStdioTransport(r io.Reader, w io.Writer, maxMessage int) *StdioTransport {
+	if maxMessage <= 0 {
+		maxMessage = DefaultMaxMessageBytes
+	}
+	t := &StdioTransport{
+		r:      bufio.NewReaderSize(r, 256<<10),
+		w:      bufio.NewWriterSize(w, 256<<10),
+		max:    maxMessage,
+		closed: make(chan struct{}),
+	}
+	t.rclose, _ = r.(io.Closer)
+	t.wclose, _ = w.(io.Closer)
+	return t
+}
+
+// ReadMessage returns the next non-empty line without its newline.
+func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
+	for {
+		t.line = t.line[:0]
+		tooBig := false
+		for {
+			frag, err := t.r.ReadSlice('\n')
+			if !tooBig {
+				if len(t.line)+len(frag) > t.max+1 {
+					tooBig = true
+					t.line = t.line[:0]
+				} else {
+					t.line = append(t.line, frag...)
+				}
+			}
+			if err == nil {
+				break
+			}
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			if err == io.EOF && len(t.line) > 0 && !tooBig {
+				break // a last line without newline
+			}
+			select {
+			case <-t.closed:
+				return nil, ErrClosed
+			default:
+			}
+			return nil, err
+		}
+		if tooBig {
+			return nil, fmt.Errorf("stdio: line exceeds %d bytes: %w", t.max, ErrMessageTooBig)
+		}
+		msg := bytes.TrimRight(t.line, "\r\n")
+		if len(bytes.TrimSpace(msg)) == 0 {
+			continue
+		}
+		return msg, nil
+	}
+}
+
+// WriteMessage buffers msg and a newline; Flush sends them.
+func (t *StdioTransport) WriteMessage(ctx context.Context, msg []byte) error {
+	if _, err := t.w.Write(msg); err != nil {
+		return err
+	}
+	return t.w.WriteByte('\n')
+}
+
+// Flush writes buffered messages.
+func (t *StdioTransport) Flush() error { return t.w.Flush() }
+
+// Close closes the underlying reader and writer when they are closers.
+func (t *StdioTransport) Close() error {
+	t.closeOnce.Do(func() {
+		close(t.closed)
+		if t.rclose != nil {
+			t.rclose.Close()
+		}
+		if t.wclose != nil && t.wclose != t.rclose {
+			t.wclose.Close()
+		}
+	})
+	return nil
+}

@@ -1,0 +1,61 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/coder/websocket"
+)
+
+// WebsocketTransport carries one JSON message per websocket message. It
+// accepts text and binary frames and always sends text frames.
+type WebsocketTransport struct {
+	c *websocket.Conn
+}
+
+// NewWebsocketTransport wraps an accepted or dialed connection and sets its
+// read limit (maxMessage <= 0 means DefaultMaxMessageBytes).
+func NewWebsocketTransport(c *websocket.Conn, maxMessage int) *WebsocketTransport {
+	if maxMessage <= 0 {
+		maxMessage = DefaultMaxMessageBytes
+	}
+	c.SetReadLimit(int64(maxMessage))
+	return &WebsocketTransport{c: c}
+}
+
+// DialWebsocket connects to a runtimed (or compatible) websocket URL.
+func DialWebsocket(ctx context.Context, url string, header http.Header, maxMessage int) (*WebsocketTransport, error) {
+	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header})
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("websocket dial %s: HTTP %d: %w", url, resp.StatusCode, err)
+		}
+		return nil, fmt.Errorf("websocket dial %s: %w", url, err)
+	}
+	return NewWebsocketTransport(c, maxMessage), nil
+}
+
+// ReadMessage returns the next message of either frame type.
+func (t *WebsocketTransport) ReadMessage(ctx context.Context) ([]byte, error) {
+	_, data, err := t.c.Read(ctx)
+	if err != nil {
+		if websocket.CloseStatus(err) == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig) {
+			return nil, fmt.Errorf("websocket: %w", ErrMessageTooBig)
+		}
+		return nil, err
+	}
+	return data, nil
+}
+
+// WriteMessage sends msg as one text frame.
+func (t *WebsocketTransport) WriteMessage(ctx context.Context, msg []byte) error {
+	return t.c.Write(ctx, websocket.MessageText, msg)
+}
+
+// Flush is a no-op: every message is its own frame.
+func (t *WebsocketTransport) Flush() error { return nil }
+
+// Close closes the connection at once without waiting for the peer.
+func (t *WebsocketTransport) Close() error { return t.c.CloseNow() }

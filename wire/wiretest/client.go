@@ -1,0 +1,434 @@
+package wiretest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// NotificationRetention bounds how long an unconsumed notification stays in a client's buffer.
+var NotificationRetention = 3 * time.Minute
+
+// RPCError is the error member of a response. It implements error.
+type RPCError struct {
+	Code    int             `json:"code"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+func (e *RPCError) Error() string { return fmt.Sprintf("rpc error %d: %s", e.Code, e.Message) }
+
+// Message is one inbound JSON message.
+type Message struct {
+	ID     json.RawMessage // nil when absent
+	Method string          // "" for responses
+	Params json.RawMessage
+	Result json.RawMessage // nil when absent
+	Error  *RPCError
+	Raw    []byte // the message as received
+}
+
+// IsResponse reports whether m is a response (it has no method).
+func (m *Message) IsResponse() bool { return m.Method == "" }
+
+// Notification is a message from the server that has a method.
+type Notification struct {
+	Method   string
+	Params   json.RawMessage
+	ID       json.RawMessage // set only if the server sent a request (it never should)
+	Received time.Time
+}
+
+// Client is a raw protocol client. One reader goroutine demultiplexes inbound messages: responses go to
+// the caller waiting for their id (or to an "unclaimed" list), notifications to a buffer the test
+// queries with WaitNotification and friends.
+type Client struct {
+	// Server is the server process of a stdio client (nil for websocket clients).
+	Server *Server
+
+	tr     transport
+	nextID atomic.Int64
+
+	mu        sync.Mutex
+	pending   map[string]chan *Message
+	unclaimed []*Message
+	notes     []Notification
+	garbage   [][]byte
+	wake      chan struct{} // closed and replaced whenever something arrives
+	readErr   error
+
+	done       chan struct{}
+	readerDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+}
+
+func newClient(tr transport) *Client {
+	c := &Client{
+		tr:         tr,
+		pending:    map[string]chan *Message{},
+		wake:       make(chan struct{}),
+		done:       make(chan struct{}),
+		readerDone: make(chan struct{}),
+	}
+	c.nextID.Store(100)
+	go c.readLoop()
+	return c
+}
+
+func (c *Client) readLoop() {
+	defer close(c.readerDone)
+	ctx := context.Background()
+	for {
+		b, err := c.tr.readMsg(ctx)
+		if err != nil {
+			c.mu.Lock()
+			c.readErr = err
+			c.broadcastLocked()
+			c.mu.Unlock()
+			close(c.done)
+			return
+		}
+		c.dispatch(b)
+	}
+}
+
+func (c *Client) broadcastLocked() {
+	close(c.wake)
+	c.wake = make(chan struct{})
+}
+
+func (c *Client) dispatch(b []byte) {
+	raw := append([]byte(nil), b...)
+	msg, err := parseMessage(raw)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.broadcastLocked()
+	if err != nil {
+		c.garbage = append(c.garbage, raw)
+		return
+	}
+	if msg.Method != "" {
+		now := time.Now()
+		// Drop notifications nobody consumed for a long time.
+		i := 0
+		for i < len(c.notes) && now.Sub(c.notes[i].Received) > NotificationRetention {
+			i++
+		}
+		if i > 0 {
+			c.notes = append(c.notes[:0:0], c.notes[i:]...)
+		}
+		c.notes = append(c.notes, Notification{Method: msg.Method, Params: msg.Params, ID: msg.ID, Received: now})
+		return
+	}
+	key := idKey(msg.ID)
+	if ch, ok := c.pending[key]; ok {
+		delete(c.pending, key)
+		ch <- msg
+		return
+	}
+	c.unclaimed = append(c.unclaimed, msg)
+}
+
+// parseMessage checks the envelope shape: a notification/request has a string method; a response has an
+// id and exactly one of result and error.
+func parseMessage(b []byte) (*Message, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
+		return nil, err
+	}
+	m := &Message{Raw: b, ID: fields["id"], Params: fields["params"], Result: fields["result"]}
+	if mb, ok := fields["method"]; ok {
+		if err := json.Unmarshal(mb, &m.Method); err != nil || m.Method == "" {
+			return nil, fmt.Errorf("bad method %s", mb)
+		}
+		return m, nil
+	}
+	if m.ID == nil {
+		return nil, errors.New("message has neither method nor id")
+	}
+	eb, hasErr := fields["error"]
+	if hasErr == (m.Result != nil) {
+		return nil, errors.New("response must have exactly one of result and error")
+	}
+	if hasErr {
+		m.Error = &RPCError{}
+		if err := json.Unmarshal(eb, m.Error); err != nil {
+			return nil, fmt.Errorf("bad error member: %v", err)
+		}
+	}
+	return m, nil
+}
+
+// idKey normalises an id for matching: strings by value, numbers by their exact literal.
+func idKey(id json.RawMessage) string {
+	id = bytes.TrimSpace(id)
+	if len(id) > 0 && id[0] == '"' {
+		var s string
+		if json.Unmarshal(id, &s) == nil {
+			return "s:" + s
+		}
+	}
+	return "n:" + string(id)
+}
+
+// Done is closed when the connection has ended (the reader saw EOF or an error).
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err is the error that ended the connection (nil while it is open).
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.readErr
+}
+
+// Close ends the connection from the client side. For a websocket this is abrupt (no close handshake,
+// like a dropped network connection); for stdio it closes the server's stdin. A websocket Close waits
+// (bounded) for the reader goroutine to finish.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.closeErr = c.tr.close()
+		if _, ok := c.tr.(*wsTransport); ok {
+			c.waitReader(StopTimeout)
+		}
+	})
+	return c.closeErr
+}
+
+func (c *Client) waitReader(d time.Duration) {
+	select {
+	case <-c.readerDone:
+	case <-time.After(d):
+	}
+}
+
+// Garbage returns inbound messages that were not valid JSON-RPC envelopes.
+func (c *Client) Garbage() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([][]byte(nil), c.garbage...)
+}
+
+// Unclaimed returns responses that no caller was waiting for (and nobody took with WaitResponse).
+func (c *Client) Unclaimed() []*Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Message(nil), c.unclaimed...)
+}
+
+// NewID returns a fresh integer id.
+func (c *Client) NewID() json.RawMessage {
+	return json.RawMessage(strconv.FormatInt(c.nextID.Add(1), 10))
+}
+
+func encodeEnvelope(id json.RawMessage, method string, params any) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	if id != nil {
+		buf.WriteString(`"id":`)
+		buf.Write(id)
+		buf.WriteByte(',')
+	}
+	mb, _ := json.Marshal(method)
+	buf.WriteString(`"method":`)
+	buf.Write(mb)
+	if params != nil {
+		pb, err := json.Marshal(params)
+		if err != nil {
+			return nil, fmt.Errorf("wiretest: encode params of %s: %w", method, err)
+		}
+		buf.WriteString(`,"params":`)
+		buf.Write(pb)
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// Call sends a request with a fresh integer id and waits for its response. A nil params omits the
+// member; pass json.RawMessage("null") to send an explicit null. The error is non-nil only for
+// transport problems and timeouts; a protocol error comes back as *RPCError.
+func (c *Client) Call(ctx context.Context, method string, params any) (json.RawMessage, *RPCError, error) {
+	return c.CallID(ctx, c.NewID(), method, params)
+}
+
+// CallID is Call with a caller-chosen id (raw JSON: `7`, `"abc"`). The response must echo it exactly
+// (strings by value, numbers by their literal text).
+func (c *Client) CallID(ctx context.Context, id json.RawMessage, method string, params any) (json.RawMessage, *RPCError, error) {
+	m, err := c.Request(ctx, id, method, params)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.Result, m.Error, nil
+}
+
+// Request sends a request and returns the whole response message.
+func (c *Client) Request(ctx context.Context, id json.RawMessage, method string, params any) (*Message, error) {
+	b, err := encodeEnvelope(id, method, params)
+	if err != nil {
+		return nil, err
+	}
+	key := idKey(id)
+	ch := make(chan *Message, 1)
+	c.mu.Lock()
+	if _, dup := c.pending[key]; dup {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("wiretest: id %s is already in flight", id)
+	}
+	c.pending[key] = ch
+	c.mu.Unlock()
+	abandon := func() {
+		c.mu.Lock()
+		if c.pending[key] == ch {
+			delete(c.pending, key)
+		}
+		c.mu.Unlock()
+	}
+	if err := c.tr.writeMsg(ctx, b); err != nil {
+		abandon()
+		return nil, fmt.Errorf("wiretest: send %s (id %s): %w", method, id, err)
+	}
+	select {
+	case m := <-ch:
+		return m, nil
+	case <-ctx.Done():
+		abandon()
+		select {
+		case m := <-ch:
+			return m, nil
+		default:
+		}
+		return nil, fmt.Errorf("wiretest: no response to %s (id %s): %w", method, id, ctx.Err())
+	case <-c.done:
+		abandon()
+		select {
+		case m := <-ch:
+			return m, nil
+		default:
+		}
+		return nil, fmt.Errorf("wiretest: connection ended before the response to %s (id %s): %v", method, id, c.Err())
+	}
+}
+
+// CallResult calls method and decodes the result into out (if non-nil). A protocol error is returned
+// as *RPCError.
+func (c *Client) CallResult(ctx context.Context, method string, params, out any) error {
+	res, rpcErr, err := c.Call(ctx, method, params)
+	if err != nil {
+		return err
+	}
+	if rpcErr != nil {
+		return rpcErr
+	}
+	if out != nil {
+		if err := json.Unmarshal(res, out); err != nil {
+			return fmt.Errorf("wiretest: decode %s result %s: %w", method, res, err)
+		}
+	}
+	return nil
+}
+
+// Notify sends a notification (no id). A nil params omits the member.
+func (c *Client) Notify(ctx context.Context, method string, params any) error {
+	b, err := encodeEnvelope(nil, method, params)
+	if err != nil {
+		return err
+	}
+	return c.tr.writeMsg(ctx, b)
+}
+
+// SendRaw sends b as one message (a text frame, or one line on stdio) without any checks.
+func (c *Client) SendRaw(ctx context.Context, b []byte) error { return c.tr.writeMsg(ctx, b) }
+
+// SendBinary sends b as one binary websocket frame (websocket only).
+func (c *Client) SendBinary(ctx context.Context, b []byte) error { return c.tr.writeBinary(ctx, b) }
+
+// WaitResponse waits for a response with the given id that no Call is waiting for (for example the
+// `"id": -1` answer to a malformed message, or the answer to a request sent with SendRaw) and removes
+// it from the unclaimed list.
+func (c *Client) WaitResponse(ctx context.Context, id json.RawMessage) (*Message, error) {
+	key := idKey(id)
+	for {
+		c.mu.Lock()
+		for i, m := range c.unclaimed {
+			if idKey(m.ID) == key {
+				c.unclaimed = append(c.unclaimed[:i:i], c.unclaimed[i+1:]...)
+				c.mu.Unlock()
+				return m, nil
+			}
+		}
+		wake := c.wake
+		ended := c.readErr != nil
+		c.mu.Unlock()
+		if ended {
+			return nil, fmt.Errorf("wiretest: connection ended while waiting for a response with id %s: %v", id, c.Err())
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wiretest: no response with id %s: %w", id, ctx.Err())
+		}
+	}
+}
+
+// WaitNotification waits for the first buffered or future notification for which pred is true,
+// removes it from the buffer and returns it. A nil pred matches any notification.
+func (c *Client) WaitNotification(ctx context.Context, pred func(method string, params json.RawMessage) bool) (Notification, error) {
+	for {
+		c.mu.Lock()
+		for i, n := range c.notes {
+			if pred == nil || pred(n.Method, n.Params) {
+				c.notes = append(c.notes[:i:i], c.notes[i+1:]...)
+				c.mu.Unlock()
+				return n, nil
+			}
+		}
+		wake := c.wake
+		ended := c.readErr != nil
+		c.mu.Unlock()
+		if ended {
+			return Notification{}, fmt.Errorf("wiretest: connection ended while waiting for a notification: %v", c.Err())
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return Notification{}, fmt.Errorf("wiretest: notification not received: %w", ctx.Err())
+		}
+	}
+}
+
+// TakeNotifications removes and returns every buffered notification for which pred is true.
+func (c *Client) TakeNotifications(pred func(method string, params json.RawMessage) bool) []Notification {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Notification
+	kept := c.notes[:0:0]
+	for _, n := range c.notes {
+		if pred == nil || pred(n.Method, n.Params) {
+			out = append(out, n)
+		} else {
+			kept = append(kept, n)
+		}
+	}
+	c.notes = kept
+	return out
+}
+
+// Notifications returns a snapshot of the buffered (unconsumed) notifications.
+func (c *Client) Notifications() []Notification {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Notification(nil), c.notes...)
+}
+
+// waitChange returns a channel closed at the next inbound message (or connection end).
+func (c *Client) waitChange() (<-chan struct{}, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.wake, c.readErr != nil
+}
