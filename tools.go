@@ -13,4 +13,3 @@ import (
 	_ "golang.org/x/term"
 	_ "pgregory.net/rapid"
 )
-
