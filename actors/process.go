@@ -35,6 +35,9 @@ const (
 	EventOutput EventKind = iota + 1
 	EventExited
 	EventClosed
+	// EventGap stands for output seqs Seq..To that retention evicted before
+	// a subscriber could see them (only in subscription history).
+	EventGap
 )
 
 // Event is one entry of a process's history, addressed by Seq. Output
@@ -46,6 +49,7 @@ type Event struct {
 	Stream    Stream
 	Data      []byte
 	ExitCode  int
+	To        uint64 // last seq of an EventGap
 }
 
 // Subscriber is where a process actor delivers live events: the attached
@@ -138,6 +142,11 @@ type attachMsg struct {
 	reply chan<- uint64
 }
 type discardMsg struct{}
+type subscribeMsg struct {
+	after    uint64
+	capacity int
+	reply    chan<- Subscription
+}
 
 func (readMsg) isProcMsg()       {}
 func (writeMsg) isProcMsg()      {}
@@ -148,6 +157,7 @@ func (resizeMsg) isProcMsg()     {}
 func (infoMsg) isProcMsg()       {}
 func (attachMsg) isProcMsg()     {}
 func (discardMsg) isProcMsg()    {}
+func (subscribeMsg) isProcMsg()  {}
 
 // WriteResult is the reply to a write: a status, or an error when writing
 // to the child's stdin failed.
@@ -216,6 +226,8 @@ type process struct {
 	exitCh  chan int // capacity 1: the waiter never blocks
 	stdinCh chan stdinOp
 	done    chan struct{}
+	closedC chan struct{} // closed by run when the process is closed
+	final   *finalState   // written by run once, before closedC is closed
 
 	nextSeq     uint64
 	ring        *Ring
@@ -227,6 +239,7 @@ type process struct {
 	closed      bool
 	closedSeq   uint64
 	sub         *subscription
+	listeners   []chan Event // lag-mode subscribers; run closes each when it lags or the stream ends
 	polls       []*pendingRead
 	stdinClosed bool
 	stdinQueue  []stdinOp
@@ -258,13 +271,19 @@ type ProcConfig struct {
 // ProcessRef is a handle on a process actor. All methods may be called
 // concurrently from any goroutine.
 type ProcessRef struct {
-	id   string
-	pid  int
-	argv []string
-	tty  bool
-	mbox chan<- procMsg
-	done <-chan struct{}
+	id      string
+	pid     int
+	argv    []string
+	tty     bool
+	mbox    chan<- procMsg
+	done    <-chan struct{}
+	closedC <-chan struct{}
+	final   *finalState
 }
+
+// finalState is written by the process actor before it closes closedC and
+// never after, so reading it after <-closedC needs no lock.
+type finalState struct{ exitCode int }
 
 func (r *ProcessRef) ID() string            { return r.id }
 func (r *ProcessRef) Pid() int              { return r.pid }
@@ -363,6 +382,32 @@ func (r *ProcessRef) Attach(ctx context.Context, sub Subscriber) (uint64, error)
 	return ask(ctx, r.mbox, r.done, func(c chan<- uint64) procMsg { return attachMsg{sub: sub, reply: c} })
 }
 
+// Closed is closed once the process has exited and all its output
+// streams have ended (the closed event has a seq).
+func (r *ProcessRef) Closed() <-chan struct{} { return r.closedC }
+
+// ExitCode returns the exit code; valid only after Closed() is closed.
+func (r *ProcessRef) ExitCode() int { return r.final.exitCode }
+
+// Subscription is a lag-mode subscriber: History holds the events after
+// the requested seq that existed when it subscribed (evicted output as
+// EventGap), Live the ones after, in seq order. The actor never blocks on
+// Live: when it is full the actor closes it (the subscriber lagged and
+// subscribes again from its last seq); it also closes it after the closed
+// event.
+type Subscription struct {
+	History []Event
+	Live    <-chan Event
+}
+
+// Subscribe returns the history after seq `after` and registers a live
+// queue of the given capacity, in one actor step: no gap, no duplicate.
+func (r *ProcessRef) Subscribe(ctx context.Context, after uint64, capacity int) (Subscription, error) {
+	return ask(ctx, r.mbox, r.done, func(c chan<- Subscription) procMsg {
+		return subscribeMsg{after: after, capacity: max(capacity, 1), reply: c}
+	})
+}
+
 // Discard terminates the process (SIGKILL) if it runs and lets the actor
 // exit as soon as it is closed instead of retaining it.
 func (r *ProcessRef) Discard(ctx context.Context) error {
@@ -385,6 +430,8 @@ func newProcess(id string, argv []string, tty bool, sess Session, cfg ProcConfig
 		exitCh:   make(chan int, 1),
 		stdinCh:  make(chan stdinOp, stdinQueueCap),
 		done:     make(chan struct{}),
+		closedC:  make(chan struct{}),
+		final:    &finalState{},
 		nextSeq:  1,
 		ring:     NewRing(cfg.RetainBytes, cfg.RetainChunks),
 		writeIDs: make(map[string]struct{}),
@@ -395,7 +442,7 @@ func newProcess(id string, argv []string, tty bool, sess Session, cfg ProcConfig
 	if sub != nil {
 		p.sub = &subscription{Subscriber: *sub, cursor: 1}
 	}
-	ref := &ProcessRef{id: id, pid: p.pid, argv: argv, tty: tty, mbox: p.mbox, done: p.done}
+	ref := &ProcessRef{id: id, pid: p.pid, argv: argv, tty: tty, mbox: p.mbox, done: p.done, closedC: p.closedC, final: p.final}
 	return p, ref
 }
 
@@ -640,6 +687,14 @@ func (p *process) handle(m procMsg) {
 	case attachMsg:
 		p.sub = &subscription{Subscriber: m.sub, cursor: p.nextSeq}
 		m.reply <- p.nextSeq
+	case subscribeMsg:
+		live := make(chan Event, m.capacity)
+		if p.closed {
+			close(live)
+		} else {
+			p.listeners = append(p.listeners, live)
+		}
+		m.reply <- Subscription{History: p.historyAfter(m.after), Live: live}
 	case discardMsg:
 		p.discard = true
 		if !p.exited {
@@ -706,6 +761,7 @@ func (p *process) handleFact(f fact) {
 			p.sub.pendingBytes += len(f.data)
 			p.sub.pendingChunks++
 		}
+		p.publish(Event{ProcessID: p.id, Kind: EventOutput, Seq: seq, Stream: f.stream, Data: f.data})
 		p.wakePolls()
 	case streamEndedMsg:
 		p.openStreams--
@@ -734,6 +790,7 @@ func (p *process) handleExit(code int) {
 		_ = p.sess.Signal(syscall.SIGKILL)
 		p.forceDrain()
 	}
+	p.publish(Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: code})
 	p.wakePolls()
 	p.maybeClose()
 }
@@ -757,7 +814,69 @@ func (p *process) maybeClose() {
 	} else {
 		p.expireAt = time.Now()
 	}
+	p.publish(Event{ProcessID: p.id, Kind: EventClosed, Seq: p.closedSeq})
+	for _, l := range p.listeners {
+		close(l)
+	}
+	p.listeners = nil
+	p.final.exitCode = p.exitCode
+	close(p.closedC)
 	p.wakePolls()
+}
+
+// publish offers ev to every lag-mode listener without blocking; a full
+// listener is closed and dropped (it lagged, and resubscribes from its seq).
+func (p *process) publish(ev Event) {
+	if len(p.listeners) == 0 {
+		return
+	}
+	kept := p.listeners[:0]
+	for _, l := range p.listeners {
+		select {
+		case l <- ev:
+			kept = append(kept, l)
+		default:
+			close(l)
+		}
+	}
+	clear(p.listeners[len(kept):])
+	p.listeners = kept
+}
+
+// historyAfter returns the events with seq > after in seq order, with
+// evicted output ranges as EventGap.
+func (p *process) historyAfter(after uint64) []Event {
+	var out []Event
+	cur := after + 1
+	emit := func(ev Event) {
+		if ev.Seq > cur {
+			out = append(out, Event{ProcessID: p.id, Kind: EventGap, Seq: cur, To: ev.Seq - 1})
+		}
+		out = append(out, ev)
+		cur = ev.Seq + 1
+	}
+	chunks := p.ring.After(nil, after, 0)
+	life := make([]Event, 0, 2)
+	if p.exited && p.exitSeq > after {
+		life = append(life, Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: p.exitCode})
+	}
+	if p.closed && p.closedSeq > after {
+		life = append(life, Event{ProcessID: p.id, Kind: EventClosed, Seq: p.closedSeq})
+	}
+	for len(chunks) > 0 || len(life) > 0 {
+		if len(life) == 0 || (len(chunks) > 0 && chunks[0].Seq < life[0].Seq) {
+			c := chunks[0]
+			chunks = chunks[1:]
+			emit(Event{ProcessID: p.id, Kind: EventOutput, Seq: c.Seq, Stream: c.Stream, Data: c.Data})
+		} else {
+			emit(life[0])
+			life = life[1:]
+		}
+	}
+	if cur < p.nextSeq {
+		out = append(out, Event{ProcessID: p.id, Kind: EventGap, Seq: cur, To: p.nextSeq - 1})
+	}
+	return out
 }
 
 func (p *process) readReady(after uint64) bool {

@@ -79,7 +79,7 @@ func TestRingAfterMaxBytes(t *testing.T) {
 		{2, 0, []uint64{4}},
 		{3, 0, []uint64{4}},
 		{4, 0, nil},
-		{0, 1, []uint64{1}},   // the first chunk always comes, even over maxBytes
+		{0, 1, []uint64{1}},     // the first chunk always comes, even over maxBytes
 		{0, 10, []uint64{1, 2}}, // exactly fits
 		{0, 14, []uint64{1, 2}}, // the third would exceed
 		{0, 15, []uint64{1, 2, 4}},

@@ -1,0 +1,549 @@
+package fsops
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/runtimed/runtimed/wire"
+)
+
+// Limits. They are variables only so that tests can lower them.
+var (
+	// maxReadFileSize is the largest file fs/readFile returns (64 MiB);
+	// larger files are read with fs/open and fs/readBlock.
+	maxReadFileSize int64 = 64 << 20
+	// maxDirEntries is the most entries fs/readDirectory returns; a larger
+	// directory is an error rather than a silently truncated listing.
+	maxDirEntries = 50_000
+)
+
+// modeBits are the mode bits a write keeps and a copy carries over.
+const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
+
+type empty = struct{}
+
+func readFile(raw json.RawMessage, roots Roots) (any, *wire.Error) {
+	var p wire.FsPathParams
+	if werr := wire.DecodeParams(raw, &p); werr != nil {
+		return nil, werr
+	}
+	t, werr := roots.resolveArg(p.Path, true)
+	if werr != nil {
+		return nil, werr
+	}
+	f, fi, werr := openRegular(t)
+	if werr != nil {
+		return nil, werr
+	}
+	defer f.Close()
+	if fi.Size() > maxReadFileSize {
+		return nil, wire.ErrFileTooLarge(p.Path, maxReadFileSize)
+	}
+	// The size is a hint only: the file may grow, and /proc files report 0.
+	var buf bytes.Buffer
+	buf.Grow(int(fi.Size()) + 1)
+	if _, err := buf.ReadFrom(io.LimitReader(f, maxReadFileSize+1)); err != nil {
+		return nil, osError(err, t)
+	}
+	if int64(buf.Len()) > maxReadFileSize {
+		return nil, wire.ErrFileTooLarge(p.Path, maxReadFileSize)
+	}
+	return wire.FsReadFileResult{DataBase64: buf.Bytes()}, nil
+}
+
+// openRegular opens t for reading and checks that it is a regular file.
+// O_NONBLOCK keeps the open of a FIFO from waiting for a writer; it has no
+// effect on regular files.
+func openRegular(t target) (*os.File, fs.FileInfo, *wire.Error) {
+	f, err := os.OpenFile(t.phys, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, osError(err, t)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, osError(err, t)
+	}
+	if fi.IsDir() {
+		f.Close()
+		return nil, nil, osError(&fs.PathError{Op: "read", Path: t.phys, Err: syscall.EISDIR}, t)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, wire.ErrNotRegularFile(t.arg)
+	}
+	return f, fi, nil
+}
+
+func writeFile(raw json.RawMessage, roots Roots) (any, *wire.Error) {
+	var p wire.FsWriteFileParams
+	if werr := wire.DecodeParams(raw, &p); werr != nil {
+		return nil, werr
+	}
+	t, werr := roots.resolveArg(p.Path, true)
+	if werr != nil {
+		return nil, werr
+	}
+	if err := replaceFile(t.phys, bytes.NewReader(p.DataBase64), nil, true); err != nil {
+		return nil, replaceError(err, t)
+	}
+	return empty{}, nil
+}
+
+// errNotRegular is returned by replaceFile when the destination exists and
+// is neither a regular file nor a directory (a FIFO, a device): renaming
+// over it would destroy it, writing into it could block.
+type errNotRegular struct{ path string }
+
+func (e *errNotRegular) Error() string { return e.path + " is not a regular file" }
+
+func replaceError(err error, ts ...target) *wire.Error {
+	var nr *errNotRegular
+	if errors.As(err, &nr) {
+		return wire.ErrNotRegularFile(display(nr.path, ts...))
+	}
+	return osError(err, ts...)
+}
+
+// replaceFile atomically replaces (or creates) the regular file dst with
+// the contents of r: a temporary file in the same directory, written,
+// optionally fsynced, then renamed over dst (and the directory fsynced).
+// With mode nil (fs/writeFile) a replaced file keeps its mode bits and,
+// where permitted, its owner; a new file gets 0666 less the umask. With a
+// mode (fs/copy) the file gets exactly those bits. dst must be physical: a
+// symbolic link there is replaced, not followed.
+func replaceFile(dst string, r io.Reader, mode *fs.FileMode, sync bool) (err error) {
+	uid, gid := -1, -1
+	var setMode fs.FileMode
+	hasMode := mode != nil
+	if hasMode {
+		setMode = *mode & modeBits
+	}
+	switch fi, lerr := os.Lstat(dst); {
+	case lerr == nil && fi.IsDir():
+		return &fs.PathError{Op: "open", Path: dst, Err: syscall.EISDIR}
+	case lerr == nil && fi.Mode()&fs.ModeSymlink != 0:
+		// Only a race puts a link here (dst was resolved): replace it.
+	case lerr == nil && !fi.Mode().IsRegular():
+		return &errNotRegular{path: dst}
+	case lerr == nil:
+		if !hasMode {
+			setMode, hasMode = fi.Mode()&modeBits, true
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+				uid, gid = int(st.Uid), int(st.Gid)
+			}
+		}
+	case !errors.Is(lerr, fs.ErrNotExist):
+		return lerr
+	}
+
+	dir, base := filepath.Split(dst)
+	tmp, err := createTemp(dir, base)
+	if err != nil {
+		return retarget(err, "open", dst)
+	}
+	name := tmp.Name()
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(name)
+		}
+	}()
+	if _, err = io.Copy(tmp, r); err != nil {
+		return retarget(err, "write", dst)
+	}
+	if hasMode {
+		if err = tmp.Chmod(setMode); err != nil {
+			return retarget(err, "chmod", dst)
+		}
+	}
+	if uid >= 0 {
+		_ = tmp.Chown(uid, gid) // best effort: only root may give a file away
+		if setMode&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
+			_ = tmp.Chmod(setMode) // chown clears set-id bits
+		}
+	}
+	if sync {
+		if err = tmp.Sync(); err != nil {
+			return retarget(err, "sync", dst)
+		}
+	}
+	if err = tmp.Close(); err != nil {
+		return retarget(err, "close", dst)
+	}
+	if err = os.Rename(name, dst); err != nil {
+		return retarget(err, "rename", dst)
+	}
+	if sync {
+		if d, derr := os.Open(dir); derr == nil {
+			_ = d.Sync() // the rename is durable once the directory is
+			d.Close()
+		}
+	}
+	return nil
+}
+
+// createTemp creates a new file next to base in dir with mode 0666 less
+// the umask (os.CreateTemp would make it 0600).
+func createTemp(dir, base string) (*os.File, error) {
+	if len(base) > 64 {
+		base = base[:64] // stay well under NAME_MAX
+	}
+	for i := 0; ; i++ {
+		name := filepath.Join(dir, "."+base+".runtimed-"+strconv.FormatUint(rand.Uint64(), 36)+".tmp")
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_CLOEXEC, 0o666)
+		if errors.Is(err, fs.ErrExist) && i < 100 {
+			continue
+		}
+		return f, err
+	}
+}
+
+// retarget names dst in an error about the temporary file.
+func retarget(err error, op, dst string) error {
+	var pe *fs.PathError
+	var le *os.LinkError
+	switch {
+	case errors.As(err, &pe):
+		return &fs.PathError{Op: op, Path: dst, Err: pe.Err}
+	case errors.As(err, &le):
+		return &fs.PathError{Op: op, Path: dst, Err: le.Err}
+	}
+	return err
+}
+
+func createDirectory(raw json.RawMessage, roots Roots) (any, *wire.Error) {
+	var p wire.FsCreateDirectoryParams
+	if werr := wire.DecodeParams(raw, &p); werr != nil {
+		return nil, werr
+	}
+	t, werr := roots.resolveArg(p.Path, true)
+	if werr != nil {
+		return nil, werr
+	}
+	var err error
+	if p.Recursive == nil || *p.Recursive {
+		err = os.MkdirAll(t.phys, 0o777)
+	} else {
+		err = os.Mkdir(t.phys, 0o777)
+	}
+	if err != nil {
+		return nil, osError(err, t)
+	}
+	return empty{}, nil
+}
+
+func getMetadata(raw json.RawMessage, roots Roots) (any, *wire.Error) {
+	var p wire.FsPathParams
+	if werr := wire.DecodeParams(raw, &p); werr != nil {
+		return nil, werr
+	}
+	link, werr := roots.resolveArg(p.Path, false)
+	if werr != nil {
+		return nil, werr
+	}
+	lfi, err := os.Lstat(link.phys)
+	if err != nil {
+		return nil, osError(err, link)
+	}
+	if lfi.Mode()&fs.ModeSymlink == 0 {
+		return metadata(link.phys, lfi, false), nil
+	}
+	// The path is a link: describe its target, which must be allowed too.
+	t, werr := roots.resolveArg(p.Path, true)
+	if werr != nil {
+		return nil, werr
+	}
+	fi, err := os.Stat(t.phys)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A dangling link: it exists, but points to nothing.
+		return wire.FsMetadataResult{IsSymlink: true, CreatedAtMs: birthMs(link.phys, lfi), ModifiedAtMs: lfi.ModTime().UnixMilli()}, nil
+	}
+	if err != nil {
+		return nil, osError(err, t)
+	}
+	return metadata(t.phys, fi, true), nil
+}
+
+func metadata(phys string, fi fs.FileInfo, isLink bool) wire.FsMetadataResult {
+	return wire.FsMetadataResult{
+		IsDirectory:  fi.IsDir(),
+		IsFile:       fi.Mode().IsRegular(),
+		IsSymlink:    isLink,
+		Size:         uint64(max(fi.Size(), 0)),
+		CreatedAtMs:  birthMs(phys, fi),
+		ModifiedAtMs: fi.ModTime().UnixMilli(),
+	}
+}
+
+func canonicalize(raw json.RawMessage, roots Roots) (any, *wire.Error) {
+	var p wire.FsPathParams
+	if werr := wire.DecodeParams(raw, &p); werr != nil {
+		return nil, werr
+	}
+	t, werr := roots.resolveArg(p.Path, true)
+	if werr != nil {
+		return nil, werr
+	}
+	if _, err := os.Lstat(t.phys); err != nil {
+		return nil, osError(err, t)
+	}
+	return wire.FsPathResult{Path: t.phys}, nil
+}
+
+func readDirectory(raw json.RawMessage, roots Roots) (any, *wire.Error) {
+	var p wire.FsPathParams
+	if werr := wire.DecodeParams(raw, &p); werr != nil {
+		return nil, werr
+	}
+	t, werr := roots.resolveArg(p.Path, true)
+	if werr != nil {
+		return nil, werr
+	}
+	f, err := os.Open(t.phys)
+	if err != nil {
+		return nil, osError(err, t)
+	}
+	defer f.Close()
+	var list []fs.DirEntry
+	for {
+		batch, err := f.ReadDir(1024)
+		list = append(list, batch...)
+		if len(list) > maxDirEntries {
+			return nil, wire.ErrTooManyEntries(p.Path, maxDirEntries)
+		}
+		if err == io.EOF || (err == nil && len(batch) == 0) {
+			break
+		}
+		if err != nil {
+			return nil, osError(err, t)
+		}
+	}
+	slices.SortFunc(list, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	entries := make([]wire.FsDirEntry, 0, len(list))
+	for _, e := range list {
+		ent := wire.FsDirEntry{FileName: e.Name()}
+		switch typ := e.Type(); {
+		case typ.IsDir():
+			ent.IsDirectory = true
+		case typ.IsRegular():
+			ent.IsFile = true
+		case typ&fs.ModeSymlink != 0:
+			ent.IsDirectory, ent.IsFile = linkKind(filepath.Join(t.phys, e.Name()), roots)
+		}
+		entries = append(entries, ent)
+	}
+	return wire.FsReadDirectoryResult{Entries: entries}, nil
+}
+
+// linkKind says what the link at phys resolves to. A link that dangles,
+// loops or leads outside the roots is neither a directory nor a file.
+func linkKind(phys string, roots Roots) (isDir, isFile bool) {
+	dest, err := resolve(phys, true)
+	if err != nil || !roots.Contains(dest) {
+		return false, false
+	}
+	fi, err := os.Stat(dest)
+	if err != nil {
+		return false, false
+	}
+	return fi.IsDir(), fi.Mode().IsRegular()
+}
+
+func remove(raw json.RawMessage, roots Roots) (any, *wire.Error) {
+	var p wire.FsRemoveParams
+	if werr := wire.DecodeParams(raw, &p); werr != nil {
+		return nil, werr
+	}
+	recursive := p.Recursive == nil || *p.Recursive
+	force := p.Force == nil || *p.Force
+	// A link is removed itself, never its target.
+	t, werr := roots.resolveArg(p.Path, false)
+	if werr != nil {
+		return nil, werr
+	}
+	if roots.isRoot(t.phys) {
+		return nil, wire.ErrRemoveRoot(p.Path)
+	}
+	fi, err := os.Lstat(t.phys)
+	if errors.Is(err, fs.ErrNotExist) && force {
+		return empty{}, nil
+	}
+	if err != nil {
+		return nil, osError(err, t)
+	}
+	if fi.IsDir() && recursive {
+		err = os.RemoveAll(t.phys)
+	} else {
+		err = os.Remove(t.phys)
+	}
+	if err != nil && !(force && errors.Is(err, fs.ErrNotExist)) {
+		return nil, osError(err, t)
+	}
+	return empty{}, nil
+}
+
+func copyPath(raw json.RawMessage, roots Roots) (any, *wire.Error) {
+	var p wire.FsCopyParams
+	if werr := wire.DecodeParams(raw, &p); werr != nil {
+		return nil, werr
+	}
+	// The source is taken as it is (a link is copied as a link); the
+	// destination follows links, as a write does.
+	src, werr := roots.resolveArg(p.SourcePath, false)
+	if werr != nil {
+		return nil, werr
+	}
+	dst, werr := roots.resolveArg(p.DestinationPath, true)
+	if werr != nil {
+		return nil, werr
+	}
+	fi, err := os.Lstat(src.phys)
+	if err != nil {
+		return nil, osError(err, src)
+	}
+	switch mode := fi.Mode(); {
+	case mode.IsDir():
+		if !p.Recursive {
+			return nil, wire.ErrCopyNeedsRecursive()
+		}
+		if dst.phys == src.phys || strings.HasPrefix(dst.phys, src.phys+"/") {
+			return nil, wire.ErrCopyIntoItself()
+		}
+		err = copyTree(src.phys, dst.phys, mode, true)
+	case mode&fs.ModeSymlink != 0:
+		err = copySymlink(src.phys, dst.phys)
+	case mode.IsRegular():
+		err = copyFile(src.phys, dst.phys, mode)
+	default:
+		return nil, wire.ErrCopyUnsupported(p.SourcePath)
+	}
+	if err != nil {
+		var ue *errUnsupported
+		if errors.As(err, &ue) {
+			return nil, wire.ErrCopyUnsupported(display(ue.path, src, dst))
+		}
+		return nil, replaceError(err, src, dst)
+	}
+	return empty{}, nil
+}
+
+// errUnsupported is a FIFO, socket or device met inside a copied tree.
+type errUnsupported struct{ path string }
+
+func (e *errUnsupported) Error() string { return fmt.Sprintf("cannot copy %s", e.path) }
+
+// copyTree copies the directory src to dst, which is created (top: with
+// its missing parents) or, if it is already a directory, merged into.
+// Nothing in the source is followed: links are copied as links. Nothing in
+// the destination is followed either: an existing entry that is a link or
+// a file where a directory goes is an error (EEXIST), so a copy cannot be
+// led out of dst.
+func copyTree(src, dst string, mode fs.FileMode, top bool) error {
+	created := false
+	switch fi, err := os.Lstat(dst); {
+	case errors.Is(err, fs.ErrNotExist):
+		if top {
+			if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
+				return err
+			}
+		}
+		// Owner-writable while it is filled; the source's bits at the end.
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return err
+		}
+		created = true
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return &fs.PathError{Op: "mkdir", Path: dst, Err: syscall.EEXIST}
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		s, d := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
+		typ := e.Type()
+		if typ&fs.ModeSymlink != 0 {
+			err = copySymlink(s, d)
+		} else if typ.IsDir() || typ.IsRegular() {
+			var fi fs.FileInfo
+			if fi, err = e.Info(); err == nil {
+				if typ.IsDir() {
+					err = copyTree(s, d, fi.Mode(), false)
+				} else {
+					err = copyFile(s, d, fi.Mode())
+				}
+			}
+		} else {
+			err = &errUnsupported{path: s}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if created {
+		return os.Chmod(dst, mode&modeBits)
+	}
+	return nil
+}
+
+// copyFile copies the regular file src over dst, atomically, with src's
+// mode bits. O_NOFOLLOW: src was seen as a regular file, not as a link.
+func copyFile(src, dst string, mode fs.FileMode) error {
+	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return err
+	} else if !fi.Mode().IsRegular() {
+		return &errUnsupported{path: src}
+	}
+	return replaceFile(dst, f, &mode, false)
+}
+
+// copySymlink creates at dst a link with src's target text, replacing a
+// file or link already at dst (never a directory).
+func copySymlink(src, dst string) error {
+	link, err := os.Readlink(src)
+	if err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(dst); err == nil && !fi.IsDir() {
+		if err := os.Remove(dst); err != nil {
+			return err
+		}
+	}
+	return os.Symlink(link, dst)
+}
+
+// display shows a physical path in the client's spelling when it lies
+// under one of the targets.
+func display(phys string, ts ...target) string {
+	for _, t := range ts {
+		if t.phys == "" {
+			continue
+		}
+		if phys == t.phys {
+			return t.abs
+		}
+		if strings.HasPrefix(phys, t.phys+"/") {
+			return t.abs + phys[len(t.phys):]
+		}
+	}
+	return phys
+}

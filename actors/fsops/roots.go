@@ -1,0 +1,186 @@
+package fsops
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/runtimed/runtimed/wire"
+)
+
+// maxSymlinks bounds the symbolic links followed while resolving one path
+// (Linux's MAXSYMLINKS); beyond it resolution fails with ELOOP.
+const maxSymlinks = 40
+
+// Roots are the directories the fs/* methods may touch. The zero value (or
+// NewRoots(nil)) allows the whole filesystem. Roots is immutable after
+// NewRoots and safe for concurrent use.
+type Roots struct {
+	dirs []string // physical (symlink-free) absolute paths; nil: everything
+}
+
+// NewRoots resolves each directory with filepath.EvalSymlinks (a relative
+// one against the working directory) and checks that it is a directory.
+// An empty list allows the whole filesystem.
+func NewRoots(dirs []string) (Roots, error) {
+	var r Roots
+	for _, d := range dirs {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return Roots{}, fmt.Errorf("fs root %q: %w", d, err)
+		}
+		phys, err := filepath.EvalSymlinks(abs)
+		if err != nil {
+			return Roots{}, fmt.Errorf("fs root %q: %w", d, err)
+		}
+		fi, err := os.Stat(phys)
+		if err != nil {
+			return Roots{}, fmt.Errorf("fs root %q: %w", d, err)
+		}
+		if !fi.IsDir() {
+			return Roots{}, fmt.Errorf("fs root %q is not a directory", d)
+		}
+		r.dirs = append(r.dirs, phys)
+	}
+	return r, nil
+}
+
+// Dirs returns the resolved roots; empty means the whole filesystem.
+func (r Roots) Dirs() []string { return append([]string(nil), r.dirs...) }
+
+// Contains reports whether the physical absolute path p is one of the roots
+// or inside one.
+func (r Roots) Contains(p string) bool {
+	if len(r.dirs) == 0 {
+		return true
+	}
+	for _, d := range r.dirs {
+		if d == "/" || p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// isRoot reports whether p is itself a root ("/" when all is allowed).
+func (r Roots) isRoot(p string) bool {
+	if len(r.dirs) == 0 {
+		return p == "/"
+	}
+	for _, d := range r.dirs {
+		if p == d {
+			return true
+		}
+	}
+	return false
+}
+
+// target is a path argument after resolution.
+type target struct {
+	arg  string // as the client sent it: for confinement and usage messages
+	abs  string // absolute path (a URI decoded): for OS error messages
+	phys string // physical path the operation uses
+}
+
+// resolveArg parses a path argument, resolves it (following a final
+// symbolic link when follow is set) and checks it against the roots.
+func (r Roots) resolveArg(arg string, follow bool) (target, *wire.Error) {
+	abs, werr := parsePath(arg)
+	if werr != nil {
+		return target{}, werr
+	}
+	t := target{arg: arg, abs: abs}
+	phys, err := resolve(abs, follow)
+	if err != nil {
+		return target{}, osError(err, t)
+	}
+	if !r.Contains(phys) {
+		return target{}, wire.ErrOutsideRoots(arg)
+	}
+	t.phys = phys
+	return t, nil
+}
+
+// parsePath accepts an absolute path or a file: URI (host empty or
+// localhost) and returns the absolute path, not yet cleaned: ".." is
+// applied during resolution, after the symbolic links before it.
+func parsePath(p string) (string, *wire.Error) {
+	s := p
+	if strings.HasPrefix(s, "file:") {
+		u, err := url.Parse(s)
+		if err != nil {
+			return "", wire.ErrPathNotAbsolute(p)
+		}
+		if u.Host != "" && u.Host != "localhost" {
+			return "", wire.ErrFileURIHost(p)
+		}
+		s = u.Path
+	}
+	if !filepath.IsAbs(s) {
+		return "", wire.ErrPathNotAbsolute(p)
+	}
+	return s, nil
+}
+
+// resolve returns the physical form of the absolute path p: every symbolic
+// link is replaced by its target (the final component's only when follow is
+// set) and ".." removes the previous physical component, as the kernel
+// does. Components from the first missing one on are appended as they are,
+// so a path that does not exist yet resolves to where it would be created.
+// Errors other than a missing component (ENOTDIR, EACCES, ELOOP) are
+// returned.
+func resolve(p string, follow bool) (string, error) {
+	dest := "/"
+	rest := p
+	links := 0
+	for {
+		rest = strings.TrimLeft(rest, "/")
+		if rest == "" {
+			return dest, nil
+		}
+		comp := rest
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			comp, rest = rest[:i], rest[i:]
+		} else {
+			rest = ""
+		}
+		switch comp {
+		case ".":
+			continue
+		case "..":
+			dest = filepath.Dir(dest)
+			continue
+		}
+		next := filepath.Join(dest, comp)
+		fi, err := os.Lstat(next)
+		if errors.Is(err, fs.ErrNotExist) {
+			dest = next // missing: not a link, so it can be appended as is
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		last := strings.TrimLeft(rest, "/") == ""
+		if fi.Mode()&fs.ModeSymlink == 0 || (last && !follow) {
+			dest = next
+			continue
+		}
+		links++
+		if links > maxSymlinks {
+			return "", &fs.PathError{Op: "resolve", Path: p, Err: syscall.ELOOP}
+		}
+		link, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(link) {
+			dest = "/"
+		}
+		rest = link + "/" + rest
+	}
+}

@@ -1,0 +1,150 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Backend starts processes. [Local] runs them in this process; [Client]
+// runs them on a runtimed server. Both behave identically.
+type Backend interface {
+	// Start starts a process and returns its handle once it runs.
+	Start(ctx context.Context, spec Spec) (Process, error)
+	// Close ends the backend: Local kills its processes; Client closes the
+	// connection (a server keeps or kills the processes per its TTL).
+	Close() error
+}
+
+// Spec describes a process to start.
+type Spec struct {
+	// ID names the process within the backend's session; empty picks a unique one.
+	ID string
+	// Argv is the command; Argv[0] is looked up on Env's PATH, then /bin:/usr/bin.
+	Argv []string
+	// Dir is the working directory: an absolute path (required).
+	Dir string
+	// Env is the child's environment. Without EnvPolicy it is exactly Env.
+	Env map[string]string
+	// EnvPolicy, if set, builds a base from the server's environment first.
+	EnvPolicy *EnvPolicy
+	// TTY runs the child on a pseudo-terminal (output stream "pty").
+	TTY bool
+	// PipeStdin gives a pipe child a writable stdin (a TTY child always has one).
+	PipeStdin bool
+	// Size is the initial terminal size; zero means 24x80.
+	Size Size
+	// Arg0, if set, is the argv[0] the child sees.
+	Arg0 string
+}
+
+// Size is a terminal size.
+type Size struct{ Rows, Cols uint16 }
+
+// EnvPolicy builds a child's base environment (PROTOCOL.md, process/start).
+type EnvPolicy struct {
+	Inherit               string // "all" (default), "none" or "core"
+	IgnoreDefaultExcludes bool
+	Exclude               []string
+	Set                   map[string]string
+	IncludeOnly           []string
+}
+
+// Stream names an output stream.
+type Stream string
+
+const (
+	Stdout Stream = "stdout"
+	Stderr Stream = "stderr"
+	PTY    Stream = "pty"
+)
+
+// Signal names a signal the protocol can send to a process group.
+type Signal string
+
+const (
+	SigInterrupt Signal = "interrupt"
+	SigTerminate Signal = "terminate"
+	SigKill      Signal = "kill"
+	SigHangup    Signal = "hangup"
+	SigQuit      Signal = "quit"
+	SigUser1     Signal = "user1"
+	SigUser2     Signal = "user2"
+)
+
+// Process is a handle on a started process, shaped like os/exec's Cmd
+// after Start. All methods may be called concurrently. Unlike exec.Cmd,
+// Wait may be called any number of times from any goroutine.
+type Process interface {
+	// ID is the process id within its session.
+	ID() string
+	// Write writes to stdin. It returns ErrStdinClosed when the process
+	// has no writable stdin (any more).
+	Write(ctx context.Context, p []byte) error
+	// CloseStdin closes stdin after every earlier write.
+	CloseStdin(ctx context.Context) error
+	// Resize sets the terminal size; ErrNotPTY for a pipe process.
+	Resize(ctx context.Context, rows, cols uint16) error
+	// Signal sends sig to the process group (a no-op once exited).
+	Signal(ctx context.Context, sig Signal) error
+	// Terminate kills the process group: grace 0 sends SIGKILL now,
+	// otherwise SIGTERM (SIGHUP on a PTY) and SIGKILL after grace. It
+	// reports whether the process was still running.
+	Terminate(ctx context.Context, grace time.Duration) (running bool, err error)
+	// Read returns retained output after afterSeq (maxBytes 0: no limit),
+	// waiting up to wait for something new (a long poll).
+	Read(ctx context.Context, afterSeq uint64, maxBytes int, wait time.Duration) (ReadResult, error)
+	// Wait waits until the process has exited and its output has ended
+	// (like exec.Cmd.Wait) and returns its exit status.
+	Wait(ctx context.Context) (ExitStatus, error)
+	// Done is closed when Wait would return.
+	Done() <-chan struct{}
+	// Events subscribes to the process's history then its live events.
+	Events(ctx context.Context) (*EventStream, error)
+}
+
+// ReadResult is the answer to Process.Read.
+type ReadResult struct {
+	Chunks   []Chunk
+	NextSeq  uint64
+	Exited   bool
+	ExitCode int // valid when Exited
+	Closed   bool
+}
+
+// Chunk is one piece of retained output.
+type Chunk struct {
+	Seq    uint64
+	Stream Stream
+	Data   []byte
+}
+
+// ExitStatus is how a process ended: its exit code, or 128+N when killed by signal N.
+type ExitStatus struct{ Code int }
+
+// Success reports whether the exit code is 0.
+func (s ExitStatus) Success() bool { return s.Code == 0 }
+
+// Sentinel errors. Errors from remote calls wrap these where they apply.
+var (
+	// ErrDisconnected: the client's transport failed. Its text starts with
+	// "runtimed transport disconnected"; the wrapping error says why.
+	ErrDisconnected = errors.New("runtimed transport disconnected")
+	// ErrStdinClosed: the process has no writable stdin.
+	ErrStdinClosed = errors.New("runtime: stdin is closed")
+	// ErrUnknownProcess: the backend does not know the process (any more).
+	ErrUnknownProcess = errors.New("runtime: unknown process")
+	// ErrNotPTY: the process is not attached to a terminal.
+	ErrNotPTY = errors.New("runtime: process is not attached to a PTY")
+	// ErrClosed: the backend was closed.
+	ErrClosed = errors.New("runtime: backend closed")
+)
+
+// RPCError is an error answered by a server.
+type RPCError struct {
+	Code    int
+	Message string
+}
+
+func (e *RPCError) Error() string { return fmt.Sprintf("runtimed error %d: %s", e.Code, e.Message) }

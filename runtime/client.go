@@ -1,0 +1,1063 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/wire"
+)
+
+// ClientOptions configure a Client. The zero value means the defaults.
+type ClientOptions struct {
+	// Token is sent as "Authorization: Bearer <token>" on the websocket upgrade.
+	Token string
+	// Header adds headers to the websocket upgrade.
+	Header http.Header
+	// ClientName is sent in initialize; default "runtimed-go".
+	ClientName string
+	// ConnectTimeout bounds dialing; default 10 s.
+	ConnectTimeout time.Duration
+	// InitializeTimeout bounds the handshake; default 10 s.
+	InitializeTimeout time.Duration
+	// Reconnect: on a transport failure, reconnect and resume the session
+	// (within ReconnectWindow), catch every process up from its last seq
+	// and resend unanswered requests (writes keep their writeId). Only if
+	// that fails does the client latch the failure.
+	Reconnect bool
+	// ReconnectWindow bounds the reconnect attempts; default 25 s (the
+	// server's default detach TTL is 30 s).
+	ReconnectWindow time.Duration
+	// DialTransport, if set, replaces the websocket dialer (tests use it to
+	// inject a transport they can cut).
+	DialTransport func(ctx context.Context) (wire.Transport, error)
+	// MaxMessageBytes limits inbound messages; default 64 MiB.
+	MaxMessageBytes int
+	// Logger receives the client's logs; nil means none.
+	Logger *zap.Logger
+}
+
+func (o ClientOptions) withDefaults() ClientOptions {
+	if o.ClientName == "" {
+		o.ClientName = "runtimed-go"
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	if o.InitializeTimeout <= 0 {
+		o.InitializeTimeout = 10 * time.Second
+	}
+	if o.ReconnectWindow <= 0 {
+		o.ReconnectWindow = 25 * time.Second
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = wire.DefaultMaxMessageBytes
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o
+}
+
+// Client is the remote backend: it speaks PROTOCOL.md to a runtimed (or
+// compatible) server. All methods may be called concurrently.
+//
+// The first transport failure is latched (unless Reconnect recovers it):
+// every pending call returns an error wrapping ErrDisconnected, every open
+// process's event stream ends with one EventFailed, pending Waits return
+// the failure, and new calls fail at once without touching the network.
+type Client struct {
+	opts ClientOptions
+	log  *zap.Logger
+	dial func(ctx context.Context) (wire.Transport, error) // nil: cannot reconnect
+
+	mbox     chan clientMsg // to run; bounded, senders select on done
+	outbound chan []byte    // request frames for the current writer
+	failed   chan struct{}  // closed by run when the latch fires
+	cause    error          // written by run before failed is closed
+	done     chan struct{}  // closed when run returns
+	wg       sync.WaitGroup
+
+	sessionID   string // immutable after the first handshake
+	nextID      atomic.Int64
+	procSeq     atomic.Uint64
+	writeSeq    atomic.Uint64
+	writePrefix string
+}
+
+const (
+	clientMailboxCap  = 256
+	clientOutboundCap = 256
+	// reorderLimit bounds notifications held while an earlier seq is missing.
+	reorderLimit = 1 << 16
+)
+
+// Dial connects to a runtimed websocket URL (ws://IP:PORT) and performs
+// the handshake.
+func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error) {
+	var o ClientOptions
+	if opts != nil {
+		o = *opts
+	}
+	o = o.withDefaults()
+	dial := o.DialTransport
+	if dial == nil {
+		header := o.Header.Clone()
+		if header == nil {
+			header = http.Header{}
+		}
+		if o.Token != "" {
+			header.Set("Authorization", "Bearer "+o.Token)
+		}
+		dial = func(ctx context.Context) (wire.Transport, error) {
+			return wire.DialWebsocket(ctx, url, header, o.MaxMessageBytes)
+		}
+	}
+	return connect(ctx, o, dial, nil)
+}
+
+// NewClient performs the handshake over an established transport (for
+// example a StdioTransport over a child's pipes). Without
+// opts.DialTransport it cannot reconnect.
+func NewClient(ctx context.Context, t wire.Transport, opts *ClientOptions) (*Client, error) {
+	var o ClientOptions
+	if opts != nil {
+		o = *opts
+	}
+	o = o.withDefaults()
+	return connect(ctx, o, o.DialTransport, t)
+}
+
+func connect(ctx context.Context, o ClientOptions, dial func(context.Context) (wire.Transport, error), t wire.Transport) (*Client, error) {
+	if t == nil {
+		dctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
+		var err error
+		t, err = dial(dctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("runtime: connect: %w", err)
+		}
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	c := &Client{
+		opts:        o,
+		log:         o.Logger.Named("client"),
+		dial:        dial,
+		mbox:        make(chan clientMsg, clientMailboxCap),
+		outbound:    make(chan []byte, clientOutboundCap),
+		failed:      make(chan struct{}),
+		done:        make(chan struct{}),
+		writePrefix: "w-" + hex.EncodeToString(rnd[:]) + "-",
+	}
+	ictx, cancel := context.WithTimeout(ctx, o.InitializeTimeout)
+	defer cancel()
+	sid, err := handshake(ictx, t, o.ClientName, "")
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("runtime: initialize: %w", err)
+	}
+	c.sessionID = sid
+	st := &clientState{c: c, pending: map[int64]*pendingCall{}, procs: map[string]*rproc{}}
+	st.attach(t)
+	c.wg.Go(st.run)
+	return c, nil
+}
+
+// handshake runs initialize/initialized synchronously on a fresh transport,
+// before its reader starts. A resume retries while the server still sees
+// the old connection (-32010).
+func handshake(ctx context.Context, t wire.Transport, name, resume string) (string, error) {
+	params := wire.InitializeParams{ClientName: name}
+	if resume != "" {
+		params.ResumeSessionID = &resume
+	}
+	frame, _ := wire.AppendRequest(nil, wire.IntID(0), wire.MethodInitialize, params)
+	if err := t.WriteMessage(ctx, frame); err != nil {
+		return "", err
+	}
+	if err := t.Flush(); err != nil {
+		return "", err
+	}
+	for {
+		// The ctx bounds the wait; the transport is closed by the caller on failure.
+		stop := context.AfterFunc(ctx, func() { t.Close() })
+		data, err := t.ReadMessage(ctx)
+		stop()
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			return "", err
+		}
+		msg, perr := wire.Decode(data)
+		if perr != nil || msg.Kind != wire.KindResponse || string(msg.ID) != "0" {
+			continue // not ours (cannot happen before initialized, but be lenient)
+		}
+		if len(msg.Error) > 0 {
+			var e RPCError
+			_ = json.Unmarshal(msg.Error, &e)
+			return "", &e
+		}
+		var res wire.InitializeResult
+		if err := json.Unmarshal(msg.Result, &res); err != nil {
+			return "", fmt.Errorf("bad initialize result: %w", err)
+		}
+		note, _ := wire.AppendNotification(nil, wire.MethodInitialized, struct{}{})
+		if err := t.WriteMessage(ctx, note); err != nil {
+			return "", err
+		}
+		return res.SessionID, t.Flush()
+	}
+}
+
+// SessionID returns the server's session id.
+func (c *Client) SessionID() string { return c.sessionID }
+
+// Done is closed once the client has latched a failure or was closed.
+func (c *Client) Done() <-chan struct{} { return c.failed }
+
+// Err returns the latched failure, or nil.
+func (c *Client) Err() error {
+	select {
+	case <-c.failed:
+		return c.cause
+	default:
+		return nil
+	}
+}
+
+// Close closes the connection and waits for the client's goroutines. Later
+// calls fail with ErrClosed.
+func (c *Client) Close() error {
+	select {
+	case c.mbox <- closeClientMsg{}:
+	case <-c.done:
+	}
+	c.wg.Wait()
+	return nil
+}
+
+// clientMsg is the closed set of messages the client actor handles.
+type clientMsg interface{ isClientMsg() }
+
+type callMsg struct {
+	id     int64
+	frame  []byte
+	method string
+	reply  chan<- callResult
+}
+type cancelCallMsg struct{ id int64 }
+type inboundMsg struct {
+	gen int
+	msg wire.Message
+}
+type transportLostMsg struct {
+	gen int
+	err error
+}
+type reconnectedMsg struct{ t wire.Transport }
+type reconnectFailedMsg struct{ err error }
+type closeClientMsg struct{}
+type registerProcMsg struct {
+	id    string
+	reply chan<- *rproc
+}
+type forgetProcMsg struct{ id string }
+type subscribeRemoteMsg struct {
+	id    string
+	reply chan<- remoteSub
+}
+type catchUpMsg struct {
+	id  string
+	res wire.ReadResult
+}
+
+func (callMsg) isClientMsg()            {}
+func (cancelCallMsg) isClientMsg()      {}
+func (inboundMsg) isClientMsg()         {}
+func (transportLostMsg) isClientMsg()   {}
+func (reconnectedMsg) isClientMsg()     {}
+func (reconnectFailedMsg) isClientMsg() {}
+func (closeClientMsg) isClientMsg()     {}
+func (registerProcMsg) isClientMsg()    {}
+func (forgetProcMsg) isClientMsg()      {}
+func (subscribeRemoteMsg) isClientMsg() {}
+func (catchUpMsg) isClientMsg()         {}
+
+type callResult struct {
+	result json.RawMessage
+	err    error
+}
+
+type pendingCall struct {
+	frame  []byte
+	method string
+	reply  chan<- callResult
+	resent bool
+}
+
+type remoteSub struct {
+	live      <-chan actors.Event
+	upto      uint64 // the first seq live will carry
+	exited    bool
+	exitSeq   uint64
+	exitCode  int
+	closed    bool
+	closedSeq uint64
+	err       error
+}
+
+// rproc is the client's view of one remote process, owned by run. Only
+// done, exitCode and failure are read by others, after done is closed.
+type rproc struct {
+	id        string
+	next      uint64 // next seq to deliver
+	reorder   map[uint64]actors.Event
+	exited    bool
+	exitSeq   uint64
+	exitCode  int
+	closed    bool
+	closedSeq uint64
+	listeners []chan actors.Event
+	done      chan struct{}
+	failure   error
+}
+
+// clientState is owned by the client actor goroutine (run).
+type clientState struct {
+	c            *Client
+	pending      map[int64]*pendingCall
+	procs        map[string]*rproc
+	t            wire.Transport
+	gen          int
+	stopIO       chan struct{} // closed to stop the current writer
+	reconnecting bool
+	latched      bool
+}
+
+func (st *clientState) attach(t wire.Transport) {
+	st.gen++
+	st.t = t
+	st.stopIO = make(chan struct{})
+	gen, stop, c := st.gen, st.stopIO, st.c
+	c.wg.Go(func() { c.readLoop(t, gen) })
+	c.wg.Go(func() { c.writeLoop(t, gen, stop) })
+}
+
+func (c *Client) readLoop(t wire.Transport, gen int) {
+	for {
+		data, err := t.ReadMessage(context.Background())
+		if err != nil {
+			c.toActor(transportLostMsg{gen: gen, err: err})
+			return
+		}
+		msg, perr := wire.Decode(data)
+		if perr != nil {
+			c.log.Warn("undecodable message from server", zap.String("error", perr.Message))
+			continue
+		}
+		if !c.toActor(inboundMsg{gen: gen, msg: msg}) {
+			return
+		}
+	}
+}
+
+func (c *Client) writeLoop(t wire.Transport, gen int, stop <-chan struct{}) {
+	for {
+		select {
+		case f := <-c.outbound:
+			if err := t.WriteMessage(context.Background(), f); err != nil {
+				c.toActor(transportLostMsg{gen: gen, err: err})
+				return
+			}
+			if len(c.outbound) == 0 {
+				if err := t.Flush(); err != nil {
+					c.toActor(transportLostMsg{gen: gen, err: err})
+					return
+				}
+			}
+		case <-stop:
+			return
+		}
+	}
+}
+
+// toActor sends to the actor unless it has exited.
+func (c *Client) toActor(m clientMsg) bool {
+	select {
+	case c.mbox <- m:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+func (st *clientState) run() {
+	c := st.c
+	defer close(c.done)
+	for m := range c.mbox {
+		switch m := m.(type) {
+		case callMsg:
+			if st.latched {
+				m.reply <- callResult{err: c.cause}
+				continue
+			}
+			st.pending[m.id] = &pendingCall{frame: m.frame, method: m.method, reply: m.reply}
+		case cancelCallMsg:
+			delete(st.pending, m.id)
+		case inboundMsg:
+			if m.gen == st.gen {
+				st.inbound(m.msg)
+			}
+		case transportLostMsg:
+			if m.gen != st.gen || st.latched || st.reconnecting {
+				continue
+			}
+			close(st.stopIO)
+			st.t.Close()
+			if !c.opts.Reconnect || c.dial == nil {
+				st.latch(fmt.Errorf("%w: %v", ErrDisconnected, m.err))
+				return
+			}
+			c.log.Info("transport lost; reconnecting", zap.Error(m.err))
+			st.reconnecting = true
+			st.gen++ // messages from the old transport are stale now
+			c.wg.Go(func() { c.reconnect(m.err) })
+		case reconnectedMsg:
+			st.reconnecting = false
+			if st.latched {
+				m.t.Close()
+				continue
+			}
+			st.attach(m.t)
+			st.resume()
+		case reconnectFailedMsg:
+			st.reconnecting = false
+			st.latch(fmt.Errorf("%w: %v", ErrDisconnected, m.err))
+			return
+		case closeClientMsg:
+			if !st.reconnecting {
+				close(st.stopIO)
+			}
+			st.t.Close()
+			st.latch(ErrClosed)
+			return
+		case registerProcMsg:
+			if st.latched {
+				m.reply <- nil
+				continue
+			}
+			if old := st.procs[m.id]; old != nil && !old.closed {
+				m.reply <- nil // the id is taken; Start reports it as the server would
+				continue
+			}
+			rp := &rproc{id: m.id, next: 1, done: make(chan struct{})}
+			st.procs[m.id] = rp
+			m.reply <- rp
+		case forgetProcMsg:
+			delete(st.procs, m.id)
+		case subscribeRemoteMsg:
+			m.reply <- st.subscribe(m.id)
+		case catchUpMsg:
+			st.catchUp(m.id, m.res)
+		}
+	}
+}
+
+// latch records the first failure and fans it out.
+func (st *clientState) latch(err error) {
+	if st.latched {
+		return
+	}
+	st.latched = true
+	c := st.c
+	c.cause = err
+	close(c.failed)
+	for id, p := range st.pending {
+		p.reply <- callResult{err: err}
+		delete(st.pending, id)
+	}
+	for _, rp := range st.procs {
+		if !rp.closed {
+			rp.failure = err
+			close(rp.done)
+		}
+		for _, l := range rp.listeners {
+			close(l)
+		}
+		rp.listeners = nil
+	}
+	// run returns after this; every caller still waiting selects on failed,
+	// and readers/writers select on done.
+}
+
+func (st *clientState) inbound(msg wire.Message) {
+	switch msg.Kind {
+	case wire.KindResponse:
+		id, err := strconv.ParseInt(string(msg.ID), 10, 64)
+		if err != nil {
+			return
+		}
+		p, ok := st.pending[id]
+		if !ok {
+			return // a duplicate answer to a resent request
+		}
+		delete(st.pending, id)
+		if len(msg.Error) > 0 {
+			var e RPCError
+			_ = json.Unmarshal(msg.Error, &e)
+			p.reply <- callResult{err: &e}
+			return
+		}
+		p.reply <- callResult{result: msg.Result}
+	case wire.KindNotification:
+		st.notification(msg)
+	}
+}
+
+func (st *clientState) notification(msg wire.Message) {
+	switch msg.Method {
+	case wire.NotifyProcessOutput:
+		var n wire.OutputNotification
+		if json.Unmarshal(msg.Params, &n) != nil {
+			return
+		}
+		if rp := st.procs[n.ProcessID]; rp != nil {
+			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventOutput, Seq: n.Seq, Stream: streamOf(n.Stream), Data: n.Chunk})
+		}
+	case wire.NotifyProcessExited:
+		var n wire.ExitedNotification
+		if json.Unmarshal(msg.Params, &n) != nil {
+			return
+		}
+		if rp := st.procs[n.ProcessID]; rp != nil {
+			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventExited, Seq: n.Seq, ExitCode: n.ExitCode})
+		}
+	case wire.NotifyProcessClosed:
+		var n wire.ClosedNotification
+		if json.Unmarshal(msg.Params, &n) != nil {
+			return
+		}
+		if rp := st.procs[n.ProcessID]; rp != nil {
+			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventClosed, Seq: n.Seq})
+		}
+	}
+}
+
+func streamOf(s string) actors.Stream {
+	switch s {
+	case wire.StreamStderr:
+		return actors.Stderr
+	case wire.StreamPTY:
+		return actors.PTY
+	}
+	return actors.Stdout
+}
+
+// deliver orders events by seq: duplicates are dropped, early ones wait.
+func (st *clientState) deliver(rp *rproc, ev actors.Event) {
+	last := ev.Seq
+	if ev.Kind == actors.EventGap {
+		last = ev.To
+	}
+	if last < rp.next || rp.closed {
+		return
+	}
+	if ev.Seq > rp.next {
+		if rp.reorder == nil {
+			rp.reorder = map[uint64]actors.Event{}
+		}
+		if len(rp.reorder) < reorderLimit {
+			rp.reorder[ev.Seq] = ev
+		}
+		return
+	}
+	st.emit(rp, ev)
+	for {
+		nx, ok := rp.reorder[rp.next]
+		if !ok {
+			break
+		}
+		delete(rp.reorder, rp.next)
+		st.emit(rp, nx)
+	}
+}
+
+func (st *clientState) emit(rp *rproc, ev actors.Event) {
+	if ev.Kind == actors.EventGap {
+		if ev.Seq < rp.next {
+			ev.Seq = rp.next
+		}
+		rp.next = ev.To + 1
+	} else {
+		rp.next = ev.Seq + 1
+	}
+	switch ev.Kind {
+	case actors.EventExited:
+		rp.exited, rp.exitSeq, rp.exitCode = true, ev.Seq, ev.ExitCode
+	case actors.EventClosed:
+		rp.closed, rp.closedSeq = true, ev.Seq
+	}
+	kept := rp.listeners[:0]
+	for _, l := range rp.listeners {
+		select {
+		case l <- ev:
+			kept = append(kept, l)
+		default:
+			close(l) // lagged: the subscriber resubscribes from its seq
+		}
+	}
+	clear(rp.listeners[len(kept):])
+	rp.listeners = kept
+	if rp.closed {
+		for _, l := range rp.listeners {
+			close(l)
+		}
+		rp.listeners = nil
+		rp.reorder = nil
+		close(rp.done)
+	}
+}
+
+func (st *clientState) subscribe(id string) remoteSub {
+	if st.latched {
+		return remoteSub{err: st.c.cause}
+	}
+	rp := st.procs[id]
+	if rp == nil {
+		return remoteSub{err: ErrUnknownProcess}
+	}
+	live := make(chan actors.Event, liveQueueCap)
+	if rp.closed {
+		close(live)
+	} else {
+		rp.listeners = append(rp.listeners, live)
+	}
+	return remoteSub{live: live, upto: rp.next, exited: rp.exited, exitSeq: rp.exitSeq, exitCode: rp.exitCode, closed: rp.closed, closedSeq: rp.closedSeq}
+}
+
+// resume runs on the actor after a reconnect: resend unanswered requests
+// (writes keep their writeId) and catch every open process up.
+func (st *clientState) resume() {
+	c := st.c
+	ids := make([]int64, 0, len(st.pending))
+	for id, p := range st.pending {
+		p.resent = true
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	frames := make([][]byte, len(ids))
+	for i, id := range ids {
+		frames[i] = st.pending[id].frame
+	}
+	stop := st.stopIO
+	c.wg.Go(func() {
+		for _, f := range frames {
+			select {
+			case c.outbound <- f:
+			case <-stop:
+				return
+			}
+		}
+	})
+	for _, rp := range st.procs {
+		if rp.closed {
+			continue
+		}
+		id, after := rp.id, rp.next-1
+		c.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var res wire.ReadResult
+			if err := c.call(ctx, wire.MethodProcessRead, wire.ReadParams{ProcessID: id, AfterSeq: after}, &res); err != nil {
+				c.log.Warn("catch-up read failed", zap.String("process_id", id), zap.Error(err))
+				return
+			}
+			c.toActor(catchUpMsg{id: id, res: res})
+		})
+	}
+}
+
+// catchUp feeds a catch-up read into the seq order. Exit and close are
+// inferred: closed holds the highest seq; the exit is the one seq that is
+// neither output nor close (if output was evicted too, the gap is reported).
+func (st *clientState) catchUp(id string, res wire.ReadResult) {
+	rp := st.procs[id]
+	if rp == nil || rp.closed {
+		return
+	}
+	have := map[uint64]bool{}
+	for _, ch := range res.Chunks {
+		have[ch.Seq] = true
+		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventOutput, Seq: ch.Seq, Stream: streamOf(ch.Stream), Data: ch.Chunk})
+	}
+	top := res.NextSeq // first unassigned seq
+	var closedSeq uint64
+	if res.Closed && top > 0 {
+		closedSeq = top - 1
+	}
+	var missing []uint64
+	for s := rp.next; s < top; s++ {
+		if !have[s] && s != closedSeq {
+			missing = append(missing, s)
+		}
+	}
+	if res.Exited && !rp.exited && len(missing) > 0 {
+		exitSeq := missing[len(missing)-1]
+		missing = missing[:len(missing)-1]
+		for _, s := range missing {
+			st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventGap, Seq: s, To: s})
+		}
+		code := 0
+		if res.ExitCode != nil {
+			code = *res.ExitCode
+		}
+		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventExited, Seq: exitSeq, ExitCode: code})
+	}
+	if closedSeq > 0 {
+		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventClosed, Seq: closedSeq})
+	}
+}
+
+// reconnect dials and resumes the session within the reconnect window.
+func (c *Client) reconnect(cause error) {
+	deadline := time.Now().Add(c.opts.ReconnectWindow)
+	backoff := 20 * time.Millisecond
+	lastErr := cause
+	for time.Now().Before(deadline) {
+		select {
+		case <-c.done:
+			return
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), min(c.opts.ConnectTimeout, time.Until(deadline)))
+		t, err := c.dial(ctx)
+		if err == nil {
+			_, err = handshake(ctx, t, c.opts.ClientName, c.sessionID)
+			if err == nil {
+				cancel()
+				c.log.Info("session resumed", zap.String("session_id", c.sessionID))
+				if !c.toActor(reconnectedMsg{t: t}) {
+					t.Close()
+				}
+				return
+			}
+			t.Close()
+			var re *RPCError
+			if errors.As(err, &re) && re.Code != wire.CodeSessionAttached {
+				cancel()
+				c.toActor(reconnectFailedMsg{err: fmt.Errorf("resume: %w", err)})
+				return
+			}
+		}
+		cancel()
+		lastErr = err
+		timer := time.NewTimer(backoff)
+		select {
+		case <-timer.C:
+		case <-c.done:
+			timer.Stop()
+			return
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+	c.toActor(reconnectFailedMsg{err: fmt.Errorf("reconnect gave up after %v: %w", c.opts.ReconnectWindow, lastErr)})
+}
+
+// call sends a request and decodes its result into out (if not nil).
+func (c *Client) call(ctx context.Context, method string, params any, out any) error {
+	raw, err := c.callRaw(ctx, method, params)
+	if err != nil {
+		return err
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("runtime: bad %s result: %w", method, err)
+		}
+	}
+	return nil
+}
+
+func (c *Client) callRaw(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	id := c.nextID.Add(1)
+	frame, err := wire.AppendRequest(nil, wire.IntID(id), method, params)
+	if err != nil {
+		return nil, err
+	}
+	reply := make(chan callResult, 1)
+	select {
+	case c.mbox <- callMsg{id: id, frame: frame, method: method, reply: reply}:
+	case <-c.failed:
+		return nil, c.cause
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case c.outbound <- frame:
+	case r := <-reply:
+		return r.result, r.err
+	case <-c.failed:
+		return nil, c.cause
+	case <-ctx.Done():
+		c.toActor(cancelCallMsg{id: id})
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-reply:
+		return r.result, r.err
+	case <-c.failed:
+		return nil, c.cause
+	case <-ctx.Done():
+		c.toActor(cancelCallMsg{id: id})
+		return nil, ctx.Err()
+	}
+}
+
+// EnvironmentStatus calls environment/status.
+func (c *Client) EnvironmentStatus(ctx context.Context) (string, error) {
+	var res wire.StatusResult
+	err := c.call(ctx, wire.MethodEnvironmentStatus, nil, &res)
+	return res.Status, err
+}
+
+// Start starts a process on the server.
+func (c *Client) Start(ctx context.Context, spec Spec) (Process, error) {
+	if spec.ID == "" {
+		spec.ID = "proc-" + strconv.FormatUint(c.procSeq.Add(1), 10)
+	}
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	reply := make(chan *rproc, 1)
+	select {
+	case c.mbox <- registerProcMsg{id: spec.ID, reply: reply}:
+	case <-c.failed:
+		return nil, c.cause
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	var rp *rproc
+	select {
+	case rp = <-reply:
+	case <-c.failed:
+		return nil, c.cause
+	}
+	if rp == nil {
+		if err := c.Err(); err != nil {
+			return nil, err
+		}
+		return nil, rpcErr(wire.ErrProcessExists(spec.ID))
+	}
+	params := wire.StartParams{ProcessID: spec.ID, Argv: spec.Argv, Cwd: spec.Dir, Env: spec.Env, TTY: spec.TTY, PipeStdin: spec.PipeStdin}
+	if params.Env == nil {
+		params.Env = map[string]string{}
+	}
+	if params.Argv == nil {
+		params.Argv = []string{} // let the server say "argv must not be empty"
+	}
+	if spec.Arg0 != "" {
+		params.Arg0 = &spec.Arg0
+	}
+	if spec.Size.Rows > 0 && spec.Size.Cols > 0 {
+		params.Size = &wire.Size{Rows: spec.Size.Rows, Cols: spec.Size.Cols}
+	}
+	if p := spec.EnvPolicy; p != nil {
+		params.EnvPolicy = &wire.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
+	}
+	if err := c.call(ctx, wire.MethodProcessStart, params, nil); err != nil {
+		c.toActor(forgetProcMsg{id: spec.ID})
+		return nil, err
+	}
+	return &remoteProcess{c: c, rp: rp, id: spec.ID}, nil
+}
+
+// ProcessInfo describes a process (process/list).
+type ProcessInfo struct {
+	ID       string
+	Pid      int
+	Argv     []string
+	TTY      bool
+	State    string // "starting", "running", "exited" or "closed"
+	ExitCode *int
+	NextSeq  uint64
+}
+
+// List returns the processes of the client's session.
+func (c *Client) List(ctx context.Context) ([]ProcessInfo, error) {
+	var res wire.ListResult
+	if err := c.call(ctx, wire.MethodProcessList, struct{}{}, &res); err != nil {
+		return nil, err
+	}
+	out := make([]ProcessInfo, len(res.Processes))
+	for i, p := range res.Processes {
+		out[i] = ProcessInfo{ID: p.ProcessID, Pid: p.PID, Argv: p.Argv, TTY: p.TTY, State: p.State, ExitCode: p.ExitCode, NextSeq: p.NextSeq}
+	}
+	return out, nil
+}
+
+type remoteProcess struct {
+	c  *Client
+	rp *rproc // only done, exitCode and failure are read here, after done
+	id string
+}
+
+func (p *remoteProcess) ID() string { return p.id }
+
+func (p *remoteProcess) Write(ctx context.Context, b []byte) error {
+	writeID := p.c.writePrefix + strconv.FormatUint(p.c.writeSeq.Add(1), 10)
+	var res wire.WriteResult
+	if err := p.c.call(ctx, wire.MethodProcessWrite, wire.WriteParams{ProcessID: p.id, Chunk: b, WriteID: &writeID}, &res); err != nil {
+		return err
+	}
+	switch res.Status {
+	case wire.WriteAccepted:
+		return nil
+	case wire.WriteStdinClosed:
+		return ErrStdinClosed
+	case wire.WriteUnknownProcess:
+		return ErrUnknownProcess
+	default:
+		return fmt.Errorf("runtime: write status %q", res.Status)
+	}
+}
+
+func (p *remoteProcess) CloseStdin(ctx context.Context) error {
+	return p.c.call(ctx, wire.MethodProcessCloseStdin, wire.ProcessParams{ProcessID: p.id}, nil)
+}
+
+func (p *remoteProcess) Resize(ctx context.Context, rows, cols uint16) error {
+	err := p.c.call(ctx, wire.MethodProcessResize, wire.ResizeParams{ProcessID: p.id, Rows: rows, Cols: cols}, nil)
+	var re *RPCError
+	if errors.As(err, &re) && re.Message == wire.ErrNotPTY().Message {
+		return ErrNotPTY
+	}
+	return err
+}
+
+func (p *remoteProcess) Signal(ctx context.Context, sig Signal) error {
+	return p.c.call(ctx, wire.MethodProcessSignal, wire.SignalParams{ProcessID: p.id, Signal: string(sig)}, nil)
+}
+
+func (p *remoteProcess) Terminate(ctx context.Context, grace time.Duration) (bool, error) {
+	params := wire.TerminateParams{ProcessID: p.id}
+	if grace > 0 {
+		ms := uint64(max(grace.Milliseconds(), 1))
+		params.GraceMs = &ms
+	}
+	var res wire.TerminateResult
+	err := p.c.call(ctx, wire.MethodProcessTerminate, params, &res)
+	return res.Running, err
+}
+
+func (p *remoteProcess) Read(ctx context.Context, after uint64, maxBytes int, wait time.Duration) (ReadResult, error) {
+	params := wire.ReadParams{ProcessID: p.id, AfterSeq: after, WaitMs: uint64(wait.Milliseconds())}
+	if maxBytes > 0 {
+		mb := uint64(maxBytes)
+		params.MaxBytes = &mb
+	}
+	var res wire.ReadResult
+	if err := p.c.call(ctx, wire.MethodProcessRead, params, &res); err != nil {
+		var re *RPCError
+		if errors.As(err, &re) && re.Code == wire.CodeInvalidRequest && re.Message == wire.ErrUnknownProcess(p.id).Message {
+			return ReadResult{}, ErrUnknownProcess
+		}
+		return ReadResult{}, err
+	}
+	out := ReadResult{NextSeq: res.NextSeq, Exited: res.Exited, Closed: res.Closed, Chunks: make([]Chunk, len(res.Chunks))}
+	if res.ExitCode != nil {
+		out.ExitCode = *res.ExitCode
+	}
+	for i, ch := range res.Chunks {
+		out.Chunks[i] = Chunk{Seq: ch.Seq, Stream: Stream(ch.Stream), Data: ch.Chunk}
+	}
+	return out, nil
+}
+
+func (p *remoteProcess) Wait(ctx context.Context) (ExitStatus, error) {
+	select {
+	case <-p.rp.done:
+		if p.rp.failure != nil {
+			return ExitStatus{}, p.rp.failure
+		}
+		return ExitStatus{Code: p.rp.exitCode}, nil
+	case <-ctx.Done():
+		return ExitStatus{}, ctx.Err()
+	}
+}
+
+func (p *remoteProcess) Done() <-chan struct{} { return p.rp.done }
+
+func (p *remoteProcess) Events(ctx context.Context) (*EventStream, error) {
+	return newEventStream(ctx, p.subscribe)
+}
+
+// subscribe registers a live queue on the client actor, then fetches the
+// history before it with process/read; seq addressing makes the two meet
+// without gap or duplicate.
+func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscription, error) {
+	reply := make(chan remoteSub, 1)
+	select {
+	case p.c.mbox <- subscribeRemoteMsg{id: p.id, reply: reply}:
+	case <-p.c.failed:
+		return subscription{}, p.c.cause
+	case <-ctx.Done():
+		return subscription{}, ctx.Err()
+	}
+	var rs remoteSub
+	select {
+	case rs = <-reply:
+	case <-p.c.failed:
+		return subscription{}, p.c.cause
+	}
+	if rs.err != nil {
+		return subscription{}, rs.err
+	}
+	var history []actors.Event
+	if after+1 < rs.upto {
+		res, err := p.Read(ctx, after, 0, 0)
+		if err != nil {
+			return subscription{}, err
+		}
+		var evs []actors.Event
+		for _, ch := range res.Chunks {
+			if ch.Seq < rs.upto {
+				evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventOutput, Seq: ch.Seq, Stream: streamOf(string(ch.Stream)), Data: ch.Data})
+			}
+		}
+		if rs.exited && rs.exitSeq > after && rs.exitSeq < rs.upto {
+			evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventExited, Seq: rs.exitSeq, ExitCode: rs.exitCode})
+		}
+		if rs.closed && rs.closedSeq > after && rs.closedSeq < rs.upto {
+			evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventClosed, Seq: rs.closedSeq})
+		}
+		sort.Slice(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
+		cur := after + 1
+		for _, ev := range evs {
+			if ev.Seq > cur {
+				history = append(history, actors.Event{ProcessID: p.id, Kind: actors.EventGap, Seq: cur, To: ev.Seq - 1})
+			}
+			history = append(history, ev)
+			cur = ev.Seq + 1
+		}
+		if cur < rs.upto {
+			history = append(history, actors.Event{ProcessID: p.id, Kind: actors.EventGap, Seq: cur, To: rs.upto - 1})
+		}
+	}
+	return subscription{history: history, live: rs.live}, nil
+}

@@ -1,0 +1,224 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/wire"
+)
+
+// Local is the embedded backend: process actors in this process, no JSON
+// on the path. It applies the same rules and returns the same errors
+// (*RPCError with the protocol's codes and messages) as a server would.
+type Local struct {
+	sup    *actors.Supervisor
+	nextID atomic.Uint64
+
+	mu    sync.Mutex // guards procs only; never held while calling an actor
+	procs map[string]*actors.ProcessRef
+}
+
+// NewLocal starts an embedded runtime. cfg's zero value means the defaults;
+// AuthToken, AllowedOrigins and MaxMessageBytes do not apply.
+func NewLocal(cfg Config) *Local {
+	cfg = cfg.withDefaults()
+	return &Local{sup: actors.NewSupervisor(supervisorConfig(cfg)), procs: make(map[string]*actors.ProcessRef)}
+}
+
+func supervisorConfig(cfg Config) actors.Config {
+	return actors.Config{
+		Proc: actors.ProcConfig{
+			RetainBytes:         cfg.RetainBytes,
+			RetainChunks:        cfg.RetainChunks,
+			ClosedRetention:     cfg.ClosedRetention,
+			DrainAfterTerminate: drainAfterTerminate,
+			ShutdownGrace:       cfg.ShutdownGrace,
+		},
+		DetachTTL: cfg.DetachTTL,
+		Logger:    cfg.Logger,
+	}
+}
+
+// Start starts a process.
+func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
+	if spec.ID == "" {
+		spec.ID = "proc-" + strconv.FormatUint(l.nextID.Add(1), 10)
+	}
+	as, err := actorSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if ref, ok := l.procs[spec.ID]; ok && ref.Alive() {
+		l.mu.Unlock()
+		return nil, rpcErr(wire.ErrProcessExists(spec.ID))
+	}
+	l.procs[spec.ID] = nil // reserve the id while spawning
+	l.mu.Unlock()
+	ref, err := l.sup.Spawn(spec.ID, as, nil)
+	l.mu.Lock()
+	if err != nil {
+		delete(l.procs, spec.ID)
+	} else {
+		l.procs[spec.ID] = ref
+	}
+	l.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, actors.ErrStopped) {
+			return nil, ErrClosed
+		}
+		return nil, &RPCError{Code: wire.CodeInternal, Message: err.Error()}
+	}
+	return &localProcess{ref: ref}, nil
+}
+
+// actorSpec validates spec as process/start would.
+func actorSpec(spec Spec) (actors.Spec, error) {
+	if len(spec.Argv) == 0 {
+		return actors.Spec{}, rpcErr(wire.ErrEmptyArgv())
+	}
+	dir := spec.Dir
+	if strings.HasPrefix(dir, "file:") {
+		if u, err := url.Parse(dir); err == nil {
+			dir = u.Path
+		}
+	}
+	if !filepath.IsAbs(dir) {
+		return actors.Spec{}, &RPCError{Code: wire.CodeInvalidParams, Message: fmt.Sprintf("cwd must be absolute: %s", spec.Dir)}
+	}
+	var policy *actors.EnvPolicy
+	if p := spec.EnvPolicy; p != nil {
+		policy = &actors.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
+	}
+	return actors.Spec{
+		Argv: spec.Argv, Arg0: spec.Arg0, Dir: filepath.Clean(dir), TTY: spec.TTY, PipeStdin: spec.PipeStdin,
+		Rows: spec.Size.Rows, Cols: spec.Size.Cols,
+		Env: actors.BuildEnv(actors.ServerEnv(), policy, spec.Env),
+	}, nil
+}
+
+func rpcErr(e *wire.Error) *RPCError { return &RPCError{Code: e.Code, Message: e.Message} }
+
+// Close kills every process and waits for the actors to exit.
+func (l *Local) Close() error {
+	l.sup.Kill()
+	return l.sup.Wait(context.Background())
+}
+
+// Shutdown terminates every process (SIGTERM, SIGKILL after the grace) and
+// waits, or kills them when ctx ends first.
+func (l *Local) Shutdown(ctx context.Context) error {
+	l.sup.Stop()
+	if err := l.sup.Wait(ctx); err != nil {
+		l.sup.Kill()
+		_ = l.sup.Wait(context.Background())
+		return err
+	}
+	return nil
+}
+
+type localProcess struct{ ref *actors.ProcessRef }
+
+func (p *localProcess) ID() string { return p.ref.ID() }
+
+// actorErr maps actor errors to the API's.
+func actorErr(err error) error {
+	if errors.Is(err, actors.ErrStopped) {
+		return ErrUnknownProcess
+	}
+	return err
+}
+
+func (p *localProcess) Write(ctx context.Context, b []byte) error {
+	res, err := p.ref.Write(ctx, b, "")
+	if err != nil {
+		return actorErr(err)
+	}
+	if res.Err != nil {
+		return &RPCError{Code: wire.CodeInternal, Message: res.Err.Error()}
+	}
+	if res.Status == actors.WriteStdinClosed {
+		return ErrStdinClosed
+	}
+	return nil
+}
+
+func (p *localProcess) CloseStdin(ctx context.Context) error {
+	if err := p.ref.CloseStdin(ctx); err != nil {
+		if errors.Is(err, actors.ErrStopped) {
+			return ErrUnknownProcess
+		}
+		return &RPCError{Code: wire.CodeInternal, Message: "stdin failure: " + err.Error()}
+	}
+	return nil
+}
+
+func (p *localProcess) Resize(ctx context.Context, rows, cols uint16) error {
+	err := p.ref.Resize(ctx, rows, cols)
+	if errors.Is(err, actors.ErrNotPTY) {
+		return ErrNotPTY
+	}
+	return actorErr(err)
+}
+
+func (p *localProcess) Signal(ctx context.Context, sig Signal) error {
+	s, ok := actors.Signals[string(sig)]
+	if !ok {
+		return &RPCError{Code: wire.CodeInvalidParams, Message: fmt.Sprintf("unknown signal `%s`", sig)}
+	}
+	err := p.ref.Signal(ctx, s)
+	if errors.Is(err, actors.ErrStopped) {
+		return nil
+	}
+	return err
+}
+
+func (p *localProcess) Terminate(ctx context.Context, grace time.Duration) (bool, error) {
+	running, err := p.ref.Terminate(ctx, grace)
+	if errors.Is(err, actors.ErrStopped) {
+		return false, nil
+	}
+	return running, err
+}
+
+func (p *localProcess) Read(ctx context.Context, after uint64, maxBytes int, wait time.Duration) (ReadResult, error) {
+	r, err := p.ref.Read(ctx, after, maxBytes, wait)
+	if err != nil {
+		return ReadResult{}, actorErr(err)
+	}
+	out := ReadResult{NextSeq: r.NextSeq, Exited: r.Exited, ExitCode: r.ExitCode, Closed: r.Closed, Chunks: make([]Chunk, len(r.Chunks))}
+	for i, c := range r.Chunks {
+		out.Chunks[i] = Chunk{Seq: c.Seq, Stream: Stream(c.Stream.String()), Data: c.Data}
+	}
+	return out, nil
+}
+
+func (p *localProcess) Wait(ctx context.Context) (ExitStatus, error) {
+	select {
+	case <-p.ref.Closed():
+		return ExitStatus{Code: p.ref.ExitCode()}, nil
+	case <-ctx.Done():
+		return ExitStatus{}, ctx.Err()
+	}
+}
+
+func (p *localProcess) Done() <-chan struct{} { return p.ref.Closed() }
+
+func (p *localProcess) Events(ctx context.Context) (*EventStream, error) {
+	return newEventStream(ctx, func(ctx context.Context, after uint64) (subscription, error) {
+		sub, err := p.ref.Subscribe(ctx, after, liveQueueCap)
+		if err != nil {
+			return subscription{}, actorErr(err)
+		}
+		return subscription{history: sub.History, live: sub.Live}, nil
+	})
+}
