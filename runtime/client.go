@@ -28,6 +28,10 @@ type ClientOptions struct {
 	Header http.Header
 	// ClientName is sent in initialize; default "runtimed-go".
 	ClientName string
+	// ResumeSessionID, if set, resumes that detached session instead of
+	// starting a new one (its processes are not known to this client's
+	// handles; List shows them).
+	ResumeSessionID string
 	// ConnectTimeout bounds dialing; default 10 s.
 	ConnectTimeout time.Duration
 	// InitializeTimeout bounds the handshake; default 10 s.
@@ -164,7 +168,7 @@ func connect(ctx context.Context, o ClientOptions, dial func(context.Context) (w
 	}
 	ictx, cancel := context.WithTimeout(ctx, o.InitializeTimeout)
 	defer cancel()
-	sid, err := handshake(ictx, t, o.ClientName, "")
+	sid, err := handshake(ictx, t, o.ClientName, o.ResumeSessionID)
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("runtime: initialize: %w", err)

@@ -14,10 +14,13 @@ import (
 const usage = `runtimed: a process runtime that other programs talk to.
 
 Usage:
-  runtimed serve [flags]     serve the protocol over websocket (default ws://127.0.0.1:0) or stdio://
-  runtimed help              this text
+  runtimed serve [flags]                          serve the protocol over websocket (default ws://127.0.0.1:0) or stdio://
+  runtimed exec [--connect URL] [-t] -- CMD ...   run a command (remotely, or embedded without --connect); exits with its code
+  runtimed stdio [--connect URL] -- CMD ...       bridge local stdin/stdout to a command byte for byte (e.g. an MCP server)
+  runtimed ps --connect URL --session ID          list a session's processes
+  runtimed help                                   this text
 
-Run "runtimed serve -h" for the serve flags.
+Run "runtimed COMMAND -h" for a command's flags.
 `
 
 func main() {
@@ -32,6 +35,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stdin, stdout, stderr)
+	case "exec":
+		return execCmd(args[1:], stdin, stdout, stderr)
+	case "stdio":
+		return stdioCmd(args[1:], stdin, stdout, stderr)
+	case "ps":
+		return psCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,193 @@
+package main_test
+
+// Tests of the client commands (exec, stdio, ps) run as a user would: the
+// real binary, against a real server or the embedded runtime.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/runtimed/runtimed/wire/wiretest"
+)
+
+func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("%v: %v (stderr %q)", args, err, errb.String())
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestCLIExecPropagatesExitCodeAndStdin(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.StartWS(t, bin)
+	for _, connect := range [][]string{{"--connect", srv.URL}, nil} {
+		args := append(append([]string{"exec"}, connect...), "--", "sh", "-c", `cat; echo to-stderr >&2; exit 5`)
+		out, errOut, code := runCLI(t, "line one\nline two\n", args...)
+		if out != "line one\nline two\n" || !strings.Contains(errOut, "to-stderr") || code != 5 {
+			t.Errorf("exec %v: stdout %q stderr %q code %d", connect, out, errOut, code)
+		}
+	}
+	_, errOut, code := runCLI(t, "", "exec", "--connect", srv.URL, "--", "/no/such/binary")
+	if code != 127 || !strings.Contains(errOut, "no such file or directory") {
+		t.Errorf("missing binary: code %d stderr %q", code, errOut)
+	}
+	_, errOut, code = runCLI(t, "", "exec", "--connect", "ws://127.0.0.1:1", "--", "true")
+	if code == 0 || !strings.Contains(errOut, "runtimed exec:") {
+		t.Errorf("unreachable server: code %d stderr %q", code, errOut)
+	}
+}
+
+func TestCLIStdioRoundTrip(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.StartWS(t, bin)
+	var in, want strings.Builder
+	for i := 0; i < 200; i++ {
+		line := strings.Repeat("x", i) + "\x01\xff"
+		in.WriteString(line + "\n")
+		want.WriteString("echo:" + line + "\n")
+	}
+	out, errOut, code := runCLI(t, in.String(), "stdio", "--connect", srv.URL, "--", "sh", "-c", `while IFS= read -r l; do printf 'echo:%s\n' "$l"; done; echo bye >&2`)
+	if out != want.String() || code != 0 || !strings.Contains(errOut, "bye") {
+		t.Fatalf("stdio bridge: code %d, %d bytes out (want %d), stderr %q", code, len(out), want.Len(), errOut)
+	}
+}
+
+func TestCLIPs(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.StartWS(t, bin)
+	out, _, code := runCLI(t, "", "ps", "--connect", srv.URL)
+	if code != 0 || !strings.Contains(out, "no session given") {
+		t.Errorf("ps without session: %d %q", code, out)
+	}
+	_, errOut, code := runCLI(t, "", "ps", "--connect", srv.URL, "--session", "nope")
+	if code != 1 || !strings.Contains(errOut, "unknown session id nope") {
+		t.Errorf("ps unknown session: %d %q", code, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	c := dial(t, srv.URL, nil)
+	sid, err := c.Initialize(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx, wiretest.StartParams{ProcessID: "sleeper", Argv: []string{"sleep", "1000"}, Cwd: "/"}); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	// The server may not have noticed the drop yet; ps reports -32010 then.
+	deadline := time.Now().Add(wait)
+	for {
+		out, errOut, code = runCLI(t, "", "ps", "--connect", srv.URL, "--session", sid)
+		if code == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if code != 0 || !strings.Contains(out, "sleeper") || !strings.Contains(out, "running") || !strings.Contains(out, "sleep 1000") {
+		t.Fatalf("ps of a detached session: %d %q %q", code, out, errOut)
+	}
+}
+
+// -t under a real terminal: raw mode, window size forwarded, terminal restored.
+func TestCLIExecTTY(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.StartWS(t, bin)
+	master, slave, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	defer slave.Close()
+	if err := pty.Setsize(master, &pty.Winsize{Rows: 30, Cols: 100}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "exec", "--connect", srv.URL, "-t", "--", "sh", "-c", `stty size; while read x; do [ "$x" = quit ] && exit 9; stty size; done`)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var screen bytes.Buffer
+	outc := make(chan []byte, 64)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			if n > 0 {
+				outc <- append([]byte(nil), buf[:n]...)
+			}
+			if err != nil {
+				close(outc)
+				return
+			}
+		}
+	}()
+	waitFor := func(want string, poke func()) {
+		t.Helper()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for !strings.Contains(screen.String(), want) {
+			select {
+			case b, ok := <-outc:
+				if !ok {
+					t.Fatalf("terminal closed before %q; screen %q", want, screen.String())
+				}
+				screen.Write(b)
+			case <-tick.C:
+				if poke != nil {
+					poke()
+				}
+			case <-ctx.Done():
+				t.Fatalf("no %q on the terminal; screen %q", want, screen.String())
+			}
+		}
+	}
+	waitFor("30 100", nil)
+	// While raw, the local terminal must not echo or translate.
+	raw, _ := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	if raw.Lflag&unix.ECHO != 0 || raw.Lflag&unix.ICANON != 0 {
+		t.Errorf("local terminal not in raw mode during -t: lflag %#x", raw.Lflag)
+	}
+	if err := pty.Setsize(master, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("40 120", func() { _, _ = master.Write([]byte("\r")) })
+	_, _ = master.Write([]byte("quit\r"))
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 9 {
+		t.Fatalf("exec -t exit: %v; want code 9", err)
+	}
+	after, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag {
+		t.Fatalf("terminal not restored: before lflag %#x iflag %#x, after %#x %#x", before.Lflag, before.Iflag, after.Lflag, after.Iflag)
+	}
+}

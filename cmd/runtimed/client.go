@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/runtimed/runtimed/runtime"
+)
+
+// clientFlags are the flags shared by exec, stdio and ps.
+type clientFlags struct {
+	connect   string
+	tokenFile string
+}
+
+func (cf *clientFlags) register(fs *flag.FlagSet, connectRequired bool) {
+	help := "runtimed server URL (ws://IP:PORT)"
+	if !connectRequired {
+		help += "; without it the command runs in an embedded runtime"
+	}
+	fs.StringVar(&cf.connect, "connect", "", help)
+	fs.StringVar(&cf.tokenFile, "token-file", "", "file holding the server's bearer token (or set RUNTIMED_AUTH_TOKEN)")
+}
+
+func (cf *clientFlags) dial(ctx context.Context, opts runtime.ClientOptions) (*runtime.Client, error) {
+	opts.Token = os.Getenv("RUNTIMED_AUTH_TOKEN")
+	if cf.tokenFile != "" {
+		b, err := os.ReadFile(cf.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		opts.Token = strings.TrimSpace(string(b))
+	}
+	return runtime.Dial(ctx, cf.connect, &opts)
+}
+
+// backend returns the remote client, or an embedded runtime without --connect.
+func (cf *clientFlags) backend(ctx context.Context) (runtime.Backend, error) {
+	if cf.connect == "" {
+		return runtime.NewLocal(runtime.Config{}), nil
+	}
+	return cf.dial(ctx, runtime.ClientOptions{ClientName: "runtimed-cli"})
+}
+
+func parseEnv(kvs []string) (map[string]string, error) {
+	env := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--env %q: expected KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// execCmd runs a command and exits with its exit code.
+func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("runtimed exec", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs, false)
+	tty := fs.Bool("t", false, "run on a terminal: raw local terminal, window size forwarded, restored on exit")
+	var envs stringList
+	fs.Var(&envs, "env", "KEY=VALUE laid over the server's environment (repeatable)")
+	cwd := fs.String("cwd", "", "working directory on the runtime (default: the current directory)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: runtimed exec [--connect URL] [-t] [--env K=V]... [--cwd DIR] -- CMD [ARGS...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		fs.Usage()
+		return 2
+	}
+	env, err := parseEnv(envs)
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed exec:", err)
+		return 2
+	}
+	if *cwd == "" {
+		*cwd, _ = os.Getwd()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	b, err := cf.backend(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed exec:", err)
+		return 1
+	}
+	defer b.Close()
+	spec := runtime.Spec{Argv: argv, Dir: *cwd, Env: env, EnvPolicy: &runtime.EnvPolicy{Inherit: "all"}, PipeStdin: true}
+	var restore func()
+	if *tty {
+		f, ok := stdin.(*os.File)
+		if !ok || !term.IsTerminal(int(f.Fd())) {
+			fmt.Fprintln(stderr, "runtimed exec: -t needs a terminal on stdin")
+			return 2
+		}
+		spec.TTY = true
+		if w, h, err := term.GetSize(int(f.Fd())); err == nil {
+			spec.Size = runtime.Size{Rows: uint16(h), Cols: uint16(w)}
+		}
+		if t := os.Getenv("TERM"); t != "" {
+			spec.Env["TERM"] = t
+		}
+		state, err := term.MakeRaw(int(f.Fd()))
+		if err != nil {
+			fmt.Fprintln(stderr, "runtimed exec: raw mode:", err)
+			return 1
+		}
+		restore = func() { _ = term.Restore(int(f.Fd()), state) }
+		defer restore()
+	}
+	p, err := b.Start(ctx, spec)
+	if err != nil {
+		if restore != nil {
+			restore()
+		}
+		fmt.Fprintln(stderr, "runtimed exec:", err)
+		return 127
+	}
+	if *tty {
+		go forwardWinch(ctx, p, stdin.(*os.File))
+	}
+	go forwardStdin(ctx, p, stdin)
+	code, err := copyOutput(ctx, p, stdout, stderr)
+	if err != nil {
+		if restore != nil {
+			restore()
+		}
+		if ctx.Err() != nil {
+			// Interrupted: take the child down with us.
+			tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, _ = p.Terminate(tctx, time.Second)
+			cancel()
+			return 130
+		}
+		fmt.Fprintln(stderr, "runtimed exec:", err)
+		return 1
+	}
+	return code
+}
+
+// forwardStdin copies local stdin to the process and closes its stdin at EOF.
+func forwardStdin(ctx context.Context, p runtime.Process, stdin io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := stdin.Read(buf)
+		if n > 0 {
+			if werr := p.Write(ctx, append([]byte(nil), buf[:n]...)); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = p.CloseStdin(ctx)
+			return
+		}
+	}
+}
+
+func forwardWinch(ctx context.Context, p runtime.Process, f *os.File) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGWINCH)
+	defer signal.Stop(ch)
+	for {
+		select {
+		case <-ch:
+			if w, h, err := term.GetSize(int(f.Fd())); err == nil {
+				_ = p.Resize(ctx, uint16(h), uint16(w))
+			}
+		case <-p.Done():
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// copyOutput streams the process's events to stdout/stderr and returns its exit code.
+func copyOutput(ctx context.Context, p runtime.Process, stdout, stderr io.Writer) (int, error) {
+	s, err := p.Events(ctx)
+	if err != nil {
+		return 0, err
+	}
+	code := 0
+	for {
+		ev, err := s.Next(ctx)
+		if err == io.EOF {
+			return code, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		switch ev.Kind {
+		case runtime.EventOutput:
+			if ev.Stream == runtime.Stderr {
+				_, _ = stderr.Write(ev.Data)
+			} else {
+				_, _ = stdout.Write(ev.Data)
+			}
+		case runtime.EventExited:
+			code = ev.ExitCode
+		case runtime.EventGap:
+			fmt.Fprintf(stderr, "runtimed: output %d..%d was lost to retention\n", ev.Seq, ev.To)
+		case runtime.EventFailed:
+			return 0, ev.Err
+		}
+	}
+}
+
+// stdioCmd bridges local stdin/stdout to a process byte for byte.
+func stdioCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("runtimed stdio", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs, false)
+	var envs stringList
+	fs.Var(&envs, "env", "KEY=VALUE laid over the server's environment (repeatable)")
+	cwd := fs.String("cwd", "", "working directory on the runtime (default: the current directory)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: runtimed stdio [--connect URL] [--env K=V]... [--cwd DIR] -- CMD [ARGS...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	env, err := parseEnv(envs)
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed stdio:", err)
+		return 2
+	}
+	if *cwd == "" {
+		*cwd, _ = os.Getwd()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	b, err := cf.backend(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed stdio:", err)
+		return 1
+	}
+	defer b.Close()
+	p, err := b.Start(ctx, runtime.Spec{Argv: fs.Args(), Dir: *cwd, Env: env, EnvPolicy: &runtime.EnvPolicy{Inherit: "all"}, PipeStdin: true})
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed stdio:", err)
+		return 127
+	}
+	pipe, err := runtime.PipeWithStderr(ctx, p, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed stdio:", err)
+		return 1
+	}
+	go func() {
+		_, _ = io.Copy(pipe, stdin)
+		_ = pipe.Close()
+	}()
+	if _, err := io.Copy(stdout, pipe); err != nil {
+		fmt.Fprintln(stderr, "runtimed stdio:", err)
+		return 1
+	}
+	st, err := p.Wait(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed stdio:", err)
+		return 1
+	}
+	return st.Code
+}
+
+// psCmd lists the processes of a session.
+func psCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("runtimed ps", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(fs, true)
+	session := fs.String("session", "", "session id to resume and list (sessions are listed per session)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if cf.connect == "" {
+		fmt.Fprintln(stderr, "runtimed ps: --connect URL is required")
+		return 2
+	}
+	if *session == "" {
+		fmt.Fprintln(stdout, "no session given: processes belong to a session; pass --session ID (the sessionId a client got from initialize) to list a detached session's processes")
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := cf.dial(ctx, runtime.ClientOptions{ClientName: "runtimed-ps", ResumeSessionID: *session})
+	if err != nil {
+		var re *runtime.RPCError
+		if errors.As(err, &re) {
+			fmt.Fprintf(stderr, "runtimed ps: %s\n", re.Message)
+			return 1
+		}
+		fmt.Fprintln(stderr, "runtimed ps:", err)
+		return 1
+	}
+	defer c.Close()
+	procs, err := c.List(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed ps:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%-20s %8s %-8s %5s %4s %8s  %s\n", "PROCESS", "PID", "STATE", "EXIT", "TTY", "NEXTSEQ", "COMMAND")
+	for _, p := range procs {
+		exit := "-"
+		if p.ExitCode != nil {
+			exit = fmt.Sprint(*p.ExitCode)
+		}
+		tty := "no"
+		if p.TTY {
+			tty = "yes"
+		}
+		fmt.Fprintf(stdout, "%-20s %8d %-8s %5s %4s %8d  %s\n", p.ID, p.Pid, p.State, exit, tty, p.NextSeq, strings.Join(p.Argv, " "))
+	}
+	return 0
+}
