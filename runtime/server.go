@@ -112,19 +112,9 @@ func NewServer(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Server{
-		cfg: cfg,
-		log: cfg.Logger,
-		sup: actors.NewSupervisor(actors.Config{
-			Proc: actors.ProcConfig{
-				RetainBytes:         cfg.RetainBytes,
-				RetainChunks:        cfg.RetainChunks,
-				ClosedRetention:     cfg.ClosedRetention,
-				DrainAfterTerminate: drainAfterTerminate,
-				ShutdownGrace:       cfg.ShutdownGrace,
-			},
-			DetachTTL: cfg.DetachTTL,
-			Logger:    cfg.Logger,
-		}),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		sup:       actors.NewSupervisor(supervisorConfig(cfg)),
 		ctx:       ctx,
 		cancel:    cancel,
 		listeners: make(map[net.Listener]*http.Server),
