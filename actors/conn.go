@@ -105,6 +105,7 @@ type conn struct {
 
 	hs      handshake
 	session *SessionTable
+	apps    map[string]*appProc // app-server dialect handles of this connection
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -125,6 +126,7 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		events:    make(chan Event, connEventsCap),
 		responses: make(chan []byte, connResponsesCap),
 		inflight:  make(chan struct{}, connInflightCap),
+		apps:      make(map[string]*appProc),
 	}
 	c.wg.Go(c.writeLoop)
 	// Closing the transport is what unblocks a pending read when the
@@ -133,6 +135,7 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 	stopWatch := context.AfterFunc(ctx, func() { t.Close() })
 	c.readLoop()
 	c.wg.Wait()
+	c.discardApps()
 	stopWatch()
 	t.Close()
 	cause := context.Cause(cctx)
@@ -237,6 +240,10 @@ var knownMethods = map[string]string{
 	wire.MethodProcessResize:     "exec",
 	wire.MethodProcessCloseStdin: "exec",
 	wire.MethodProcessList:       "exec",
+	wire.MethodProcessSpawn:      "exec",
+	wire.MethodProcessWriteStdin: "exec",
+	wire.MethodProcessResizePty:  "exec",
+	wire.MethodProcessKill:       "exec",
 }
 
 func (c *conn) request(msg wire.Message) {
@@ -276,6 +283,14 @@ func (c *conn) request(msg wire.Message) {
 		c.closeStdin(msg)
 	case wire.MethodProcessList:
 		c.list(msg)
+	case wire.MethodProcessSpawn:
+		c.spawnApp(msg)
+	case wire.MethodProcessWriteStdin:
+		c.writeStdinApp(msg)
+	case wire.MethodProcessResizePty:
+		c.resizeApp(msg)
+	case wire.MethodProcessKill:
+		c.killApp(msg)
 	}
 }
 
@@ -348,6 +363,10 @@ func (c *conn) start(msg wire.Message) {
 	}
 	if _, exists := c.session.Lookup(p.ProcessID); exists {
 		c.reply(msg.ID, nil, wire.ErrProcessExists(p.ProcessID))
+		return
+	}
+	if max := c.sup.cfg.MaxProcesses; max > 0 && c.session.Active() >= max {
+		c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
 		return
 	}
 	spec := Spec{Argv: p.Argv, Dir: dir, TTY: p.TTY, PipeStdin: p.PipeStdin}

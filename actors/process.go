@@ -249,6 +249,8 @@ type process struct {
 	discard     bool
 	stopping    bool
 	killAt      time.Time
+	timeoutAt   time.Time // Spec.Timeout's deadline
+	timedOut    bool
 	drainAt     time.Time
 	expireAt    time.Time
 	timer       *time.Timer
@@ -778,6 +780,10 @@ func isExpectedEnd(err error) bool {
 }
 
 func (p *process) handleExit(code int) {
+	if p.timedOut {
+		code = TimeoutExitCode
+	}
+	p.timeoutAt = time.Time{}
 	p.exited = true
 	p.exitCode = code
 	p.exitSeq = p.nextSeq
@@ -927,6 +933,14 @@ func (p *process) onTimer(now time.Time) {
 			_ = p.sess.Signal(syscall.SIGKILL)
 		}
 	}
+	if !p.timeoutAt.IsZero() && !now.Before(p.timeoutAt) {
+		p.timeoutAt = time.Time{}
+		if !p.exited {
+			p.log.Debug("timeout elapsed; killing process group")
+			p.timedOut = true
+			p.startTerminate(0)
+		}
+	}
 	if !p.drainAt.IsZero() && !now.Before(p.drainAt) {
 		p.drainAt = time.Time{}
 		if !p.closed {
@@ -947,6 +961,7 @@ func (p *process) rearm() {
 		consider(pr.deadline)
 	}
 	consider(p.killAt)
+	consider(p.timeoutAt)
 	consider(p.drainAt)
 	if p.closed {
 		consider(p.expireAt)

@@ -34,6 +34,19 @@ func (t *SessionTable) Lookup(id string) (*ProcessRef, bool) {
 	return ref, true
 }
 
+// Active counts the processes that are not closed yet.
+func (t *SessionTable) Active() int {
+	n := 0
+	for _, ref := range t.Procs {
+		select {
+		case <-ref.Closed():
+		default:
+			n++
+		}
+	}
+	return n
+}
+
 // ResumeError is why a session could not be resumed.
 type ResumeError struct {
 	ID       string

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/creack/pty"
 )
@@ -23,7 +24,13 @@ type Spec struct {
 	PipeStdin bool
 	Rows      uint16 // PTY size; 0 means 24x80
 	Cols      uint16
+	// Timeout, if > 0, kills the process group after this long; the exit
+	// code is then TimeoutExitCode (the app-server dialect's timeoutMs).
+	Timeout time.Duration
 }
+
+// TimeoutExitCode is the exit code reported for a process killed by its Timeout.
+const TimeoutExitCode = 124
 
 // Session is the OS side of one process as the process actor sees it. The
 // real one is an osSession; tests substitute a fake that is driven by

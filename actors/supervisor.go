@@ -15,7 +15,10 @@ type Config struct {
 	Proc ProcConfig
 	// DetachTTL is how long a dropped websocket's session survives; 0 terminates it at once.
 	DetachTTL time.Duration
-	Logger    *zap.Logger
+	// MaxProcesses bounds the active (not yet closed) processes of one
+	// session, and the app-server processes of one connection.
+	MaxProcesses int
+	Logger       *zap.Logger
 }
 
 // Supervisor owns the registry actor and tracks every goroutine the actors
@@ -59,14 +62,21 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 	if err != nil {
 		return nil, err
 	}
-	return s.SpawnSession(id, spec.Argv, spec.TTY, sess, sub), nil
+	return s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout), nil
 }
 
 // SpawnSession starts a process actor around an already started session
 // (tests pass a fake one).
 func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Session, sub *Subscriber) *ProcessRef {
+	return s.spawn(id, argv, tty, sess, sub, 0)
+}
+
+func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration) *ProcessRef {
 	log := s.log.Named("proc").With(zap.String("process_id", id), zap.Int("pid", sess.Pid()))
 	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
+	if timeout > 0 {
+		p.timeoutAt = time.Now().Add(timeout)
+	}
 	p.startHelpers(&s.wg)
 	s.wg.Go(func() { p.run(s.stopCh, s.killCh) })
 	log.Debug("process started", zap.Strings("argv", argv), zap.Bool("tty", tty))

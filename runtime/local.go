@@ -43,8 +43,9 @@ func supervisorConfig(cfg Config) actors.Config {
 			DrainAfterTerminate: drainAfterTerminate,
 			ShutdownGrace:       cfg.ShutdownGrace,
 		},
-		DetachTTL: cfg.DetachTTL,
-		Logger:    cfg.Logger,
+		DetachTTL:    cfg.DetachTTL,
+		MaxProcesses: cfg.MaxProcesses,
+		Logger:       cfg.Logger,
 	}
 }
 

@@ -24,6 +24,7 @@ const (
 	DefaultRetainChunks    = 50_000
 	DefaultClosedRetention = 30 * time.Second
 	DefaultShutdownGrace   = 2 * time.Second
+	DefaultMaxProcesses    = 4096
 	DefaultMaxMessageBytes = wire.DefaultMaxMessageBytes
 	// drainAfterTerminate: how long a terminated process's output may still
 	// drain after it exits before its streams are closed by force.
@@ -46,6 +47,10 @@ type Config struct {
 	ClosedRetention time.Duration
 	// ShutdownGrace: SIGTERM-to-SIGKILL grace on Shutdown.
 	ShutdownGrace time.Duration
+	// MaxProcesses bounds the active (not yet closed) processes of one
+	// session, and the app-server processes of one connection. A start
+	// beyond it is refused with -32600 "too many processes: ...".
+	MaxProcesses int
 	// MaxMessageBytes limits inbound messages on both transports.
 	MaxMessageBytes int
 	// AuthToken, if set, is required as "Authorization: Bearer <token>" on
@@ -80,6 +85,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = DefaultShutdownGrace
+	}
+	if c.MaxProcesses <= 0 {
+		c.MaxProcesses = DefaultMaxProcesses
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes

@@ -35,6 +35,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	retainChunks := fs.Int("retain-chunks", runtime.DefaultRetainChunks, "retained output per process, in chunks")
 	closedRetention := fs.Duration("closed-retention", runtime.DefaultClosedRetention, "how long a closed process stays readable (0: forget at once)")
 	shutdownGrace := fs.Duration("shutdown-grace", runtime.DefaultShutdownGrace, "on SIGINT/SIGTERM, time between SIGTERM and SIGKILL for children")
+	maxProcs := fs.Int("max-processes", runtime.DefaultMaxProcesses, "active processes allowed per session (and app-server processes per connection)")
 	maxMessage := fs.Int("max-message-bytes", runtime.DefaultMaxMessageBytes, "largest inbound message")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error (logs go to stderr)")
 	tokenFile := fs.String("auth-token-file", "", "file holding the bearer token every websocket client must send (or set RUNTIMED_AUTH_TOKEN)")
@@ -79,11 +80,12 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		ClosedRetention: nonZero(*closedRetention),
 		ShutdownGrace:   *shutdownGrace,
 		MaxMessageBytes: *maxMessage,
+		MaxProcesses:    *maxProcs,
 		AuthToken:       token,
 		AllowedOrigins:  origins,
 	}
-	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 {
-		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks and --max-message-bytes must be positive")
+	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 {
+		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks, --max-processes and --max-message-bytes must be positive")
 		return 2
 	}
 

@@ -1,0 +1,326 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/wire"
+)
+
+// The app-server dialect (PROTOCOL.md section 6) is a thin layer over the
+// same process actors: a connection-scoped handle table, owned by the
+// connection actor, and one adapter goroutine per process that turns its
+// events into the dialect's notifications.
+
+// appEventsCap bounds events waiting for an adapter (lossless delivery:
+// the process actor waits, like for a connection).
+const appEventsCap = 64
+
+// appProc is one app-server process.
+//
+// Immutable after spawn: every field but the adapter-owned ones below, and
+// done (closed by the adapter when it has sent process/exited).
+type appProc struct {
+	handle      string
+	ref         *ProcessRef
+	streamStdin bool
+	events      chan Event
+	done        chan struct{}
+
+	// Owned by the adapter goroutine.
+	streaming bool
+	cap       uint64 // 0: no cap
+	out       [2]appStream
+	exitCode  int
+}
+
+type appStream struct {
+	buf        []byte
+	sent       uint64
+	capReached bool
+}
+
+func (a *appProc) active() bool {
+	select {
+	case <-a.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// appLookup returns the active process of a handle.
+func (c *conn) appLookup(handle string) (*appProc, bool) {
+	a, ok := c.apps[handle]
+	if !ok {
+		return nil, false
+	}
+	if !a.active() {
+		delete(c.apps, handle)
+		return nil, false
+	}
+	return a, true
+}
+
+func (c *conn) spawnApp(msg wire.Message) {
+	var p wire.SpawnParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	if len(p.Command) == 0 {
+		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "command must not be empty"))
+		return
+	}
+	capBytes, _, e := wire.OptionalLimit(p.OutputBytesCap, "outputBytesCap", wire.AppDefaultOutputBytesCap)
+	if e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	timeoutMs, _, e := wire.OptionalLimit(p.TimeoutMs, "timeoutMs", wire.AppDefaultTimeoutMs)
+	if e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	dir, derr := absPath(p.Cwd)
+	if derr != nil {
+		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
+		return
+	}
+	if _, ok := c.appLookup(p.ProcessHandle); ok {
+		c.reply(msg.ID, nil, wire.ErrDuplicateHandle(p.ProcessHandle))
+		return
+	}
+	if max := c.sup.cfg.MaxProcesses; max > 0 {
+		n := 0
+		for h := range c.apps {
+			if _, ok := c.appLookup(h); ok {
+				n++
+			}
+		}
+		if n >= max {
+			c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
+			return
+		}
+	}
+	// The environment is the server's own, with env laid over it; null unsets.
+	set := map[string]string{}
+	unset := map[string]bool{}
+	for k, v := range p.Env {
+		if v == nil {
+			unset[k] = true
+		} else {
+			set[k] = *v
+		}
+	}
+	env := withoutVars(BuildEnv(ServerEnv(), &EnvPolicy{Inherit: "all", IgnoreDefaultExcludes: true}, set), unset)
+	spec := Spec{Argv: p.Command, Dir: dir, Env: env, TTY: p.TTY, PipeStdin: p.StreamStdin, Timeout: time.Duration(timeoutMs) * time.Millisecond}
+	if p.Size != nil {
+		spec.Rows, spec.Cols = p.Size.Rows, p.Size.Cols
+	}
+	a := &appProc{
+		handle:      p.ProcessHandle,
+		streamStdin: p.StreamStdin || p.TTY,
+		events:      make(chan Event, appEventsCap),
+		done:        make(chan struct{}),
+		streaming:   p.StreamStdoutStderr,
+		cap:         capBytes,
+	}
+	// Internal ids keep the dialect's handles apart from process/start ids.
+	ref, err := c.sup.Spawn("app:"+p.ProcessHandle, spec, &Subscriber{Out: a.events, Done: c.ctx.Done()})
+	if err != nil {
+		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "%s", err.Error()))
+		return
+	}
+	a.ref = ref
+	c.apps[p.ProcessHandle] = a
+	c.wg.Go(func() { c.runApp(a) })
+	c.reply(msg.ID, struct{}{}, nil)
+}
+
+// runApp is the adapter goroutine of one app-server process.
+func (c *conn) runApp(a *appProc) {
+	defer close(a.done)
+	for {
+		select {
+		case ev := <-a.events:
+			switch ev.Kind {
+			case EventOutput:
+				a.output(c, ev)
+			case EventExited:
+				a.exitCode = ev.ExitCode
+			case EventClosed:
+				note := wire.AppExitedNotification{
+					ProcessHandle:    a.handle,
+					ExitCode:         a.exitCode,
+					Stdout:           string(a.out[0].buf),
+					StdoutCapReached: a.out[0].capReached,
+					Stderr:           string(a.out[1].buf),
+					StderrCapReached: a.out[1].capReached,
+				}
+				c.notify(wire.NotifyProcessExited, note)
+				return
+			}
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+func (a *appProc) output(c *conn, ev Event) {
+	idx, name := 0, wire.StreamStdout // a PTY's output is reported as stdout
+	if ev.Stream == Stderr {
+		idx, name = 1, wire.StreamStderr
+	}
+	s := &a.out[idx]
+	if s.capReached {
+		return
+	}
+	data := ev.Data
+	if a.cap > 0 && s.sent+uint64(len(data)) >= a.cap {
+		data = data[:a.cap-s.sent]
+		s.capReached = true
+	}
+	s.sent += uint64(len(data))
+	if a.streaming {
+		if len(data) > 0 || s.capReached {
+			c.notify(wire.NotifyProcessOutputDelta, wire.OutputDeltaNotification{ProcessHandle: a.handle, Stream: name, DeltaBase64: data, CapReached: s.capReached})
+		}
+		return
+	}
+	s.buf = append(s.buf, data...)
+}
+
+// notify queues a notification for the writer.
+func (c *conn) notify(method string, params any) {
+	b, err := wire.AppendNotification(nil, method, params)
+	if err != nil {
+		c.log.Error("encoding notification", zap.String("method", method), zap.Error(err))
+		return
+	}
+	select {
+	case c.responses <- b:
+	case <-c.ctx.Done():
+	}
+}
+
+func (c *conn) writeStdinApp(msg wire.Message) {
+	var p wire.WriteStdinParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	if p.DeltaBase64 == nil && !p.CloseStdin {
+		c.reply(msg.ID, nil, wire.ErrWriteStdinEmpty())
+		return
+	}
+	a, ok := c.appLookup(p.ProcessHandle)
+	if !ok {
+		c.reply(msg.ID, nil, wire.ErrNoActiveHandle(p.ProcessHandle))
+		return
+	}
+	if !a.streamStdin {
+		c.reply(msg.ID, nil, wire.ErrStdinNotStreaming())
+		return
+	}
+	var ch <-chan WriteResult
+	if len(p.DeltaBase64) > 0 {
+		var err error
+		ch, err = a.ref.WriteAsync(c.ctx, p.DeltaBase64, "")
+		if err != nil {
+			c.reply(msg.ID, nil, wire.ErrNoActiveHandle(p.ProcessHandle))
+			return
+		}
+	}
+	closeStdin := p.CloseStdin
+	c.deferred(func() {
+		if ch != nil {
+			select {
+			case r := <-ch:
+				if r.Err != nil {
+					c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "%s", r.Err.Error()))
+					return
+				}
+			case <-a.ref.Done():
+				c.reply(msg.ID, nil, wire.ErrNoActiveHandle(p.ProcessHandle))
+				return
+			case <-c.ctx.Done():
+				return
+			}
+		}
+		if closeStdin {
+			ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
+			err := a.ref.CloseStdin(ctx)
+			cancel()
+			if err != nil && !errors.Is(err, ErrStopped) {
+				c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "stdin failure: %v", err))
+				return
+			}
+		}
+		c.reply(msg.ID, struct{}{}, nil)
+	})
+}
+
+func (c *conn) resizeApp(msg wire.Message) {
+	var p wire.ResizePtyParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	a, ok := c.appLookup(p.ProcessHandle)
+	if !ok {
+		c.reply(msg.ID, nil, wire.ErrNoActiveHandle(p.ProcessHandle))
+		return
+	}
+	if err := a.ref.Resize(c.ctx, p.Size.Rows, p.Size.Cols); err != nil {
+		if errors.Is(err, ErrNotPTY) {
+			c.reply(msg.ID, nil, wire.ErrResizeNotPTY())
+		} else {
+			c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "failed to resize PTY: %v", err))
+		}
+		return
+	}
+	c.reply(msg.ID, struct{}{}, nil)
+}
+
+func (c *conn) killApp(msg wire.Message) {
+	var p wire.HandleParams
+	if e := wire.DecodeParams(msg.Params, &p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	a, ok := c.appLookup(p.ProcessHandle)
+	if !ok {
+		c.reply(msg.ID, nil, wire.ErrNoActiveHandle(p.ProcessHandle))
+		return
+	}
+	_, _ = a.ref.Terminate(c.ctx, 0)
+	c.reply(msg.ID, struct{}{}, nil)
+}
+
+// discardApps kills the connection's app-server processes: they die with
+// their connection and are never detached.
+func (c *conn) discardApps() {
+	for _, a := range c.apps {
+		_ = a.ref.Discard(context.Background())
+	}
+}
+
+// withoutVars drops the named variables from a KEY=VALUE list.
+func withoutVars(env []string, names map[string]bool) []string {
+	if len(names) == 0 {
+		return env
+	}
+	out := env[:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !names[k] {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

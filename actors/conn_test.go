@@ -1,0 +1,324 @@
+package actors
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runtimed/runtimed/wire"
+)
+
+// memTransport is one end of an in-memory message pipe.
+type memTransport struct {
+	in        <-chan []byte
+	out       chan<- []byte
+	closed    chan struct{}
+	peerClose <-chan struct{}
+	once      sync.Once
+}
+
+func memPipe() (*memTransport, *memTransport) {
+	a2b, b2a := make(chan []byte, 1024), make(chan []byte, 1024)
+	ca, cb := make(chan struct{}), make(chan struct{})
+	return &memTransport{in: b2a, out: a2b, closed: ca, peerClose: cb},
+		&memTransport{in: a2b, out: b2a, closed: cb, peerClose: ca}
+}
+
+var errMemClosed = errors.New("mem transport closed")
+
+func (t *memTransport) ReadMessage(ctx context.Context) ([]byte, error) {
+	select {
+	case m := <-t.in:
+		return m, nil
+	case <-t.closed:
+		return nil, errMemClosed
+	case <-t.peerClose:
+		return nil, errMemClosed
+	}
+}
+
+func (t *memTransport) WriteMessage(ctx context.Context, msg []byte) error {
+	select {
+	case t.out <- append([]byte(nil), msg...):
+		return nil
+	case <-t.closed:
+		return errMemClosed
+	case <-t.peerClose:
+		return errMemClosed
+	}
+}
+
+func (t *memTransport) Flush() error { return nil }
+func (t *memTransport) Close() error { t.once.Do(func() { close(t.closed) }); return nil }
+
+// rawClient speaks JSON to a connection actor over a memTransport.
+type rawClient struct {
+	t      *testing.T
+	tr     *memTransport
+	nextID int
+	notes  []map[string]any
+}
+
+type rpcReply struct {
+	Result json.RawMessage
+	Error  *wire.Error
+}
+
+func startConn(t *testing.T, sup *Supervisor, resumable bool) *rawClient {
+	t.Helper()
+	client, server := memPipe()
+	done := make(chan struct{})
+	go func() {
+		_ = sup.ServeConn(context.Background(), server, ConnOptions{Resumable: resumable})
+		close(done)
+	}()
+	t.Cleanup(func() {
+		client.Close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("connection actor did not end")
+		}
+	})
+	c := &rawClient{t: t, tr: client}
+	c.call("initialize", map[string]any{"clientName": "test"})
+	c.send(`{"method":"initialized"}`)
+	return c
+}
+
+func (c *rawClient) send(s string) {
+	if err := c.tr.WriteMessage(context.Background(), []byte(s)); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// call sends a request and returns its reply, keeping notifications.
+func (c *rawClient) call(method string, params any) rpcReply {
+	c.t.Helper()
+	c.nextID++
+	id := c.nextID
+	b, _ := json.Marshal(map[string]any{"id": id, "method": method, "params": params})
+	c.send(string(b))
+	for {
+		m := c.recv()
+		if m["method"] != nil {
+			c.notes = append(c.notes, m)
+			continue
+		}
+		if fmt.Sprint(m["id"]) != fmt.Sprint(id) {
+			continue
+		}
+		var r rpcReply
+		raw, _ := json.Marshal(m)
+		_ = json.Unmarshal(raw, &r)
+		return r
+	}
+}
+
+func (c *rawClient) recv() map[string]any {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	var msg []byte
+	var err error
+	go func() { msg, err = c.tr.ReadMessage(ctx); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		c.t.Fatal("no message within 15s")
+	}
+	if err != nil {
+		c.t.Fatalf("read: %v", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(msg, &m); err != nil {
+		c.t.Fatalf("bad JSON %q", msg)
+	}
+	return m
+}
+
+// waitNote returns the first notification (kept or new) matching pred.
+func (c *rawClient) waitNote(pred func(map[string]any) bool) map[string]any {
+	c.t.Helper()
+	for i, m := range c.notes {
+		if pred(m) {
+			c.notes = append(c.notes[:i], c.notes[i+1:]...)
+			return m
+		}
+	}
+	for {
+		m := c.recv()
+		if m["method"] != nil && pred(m) {
+			return m
+		}
+		if m["method"] != nil {
+			c.notes = append(c.notes, m)
+		}
+	}
+}
+
+func appExited(handle string) func(map[string]any) bool {
+	return func(m map[string]any) bool {
+		p, _ := m["params"].(map[string]any)
+		return m["method"] == "process/exited" && p["processHandle"] == handle
+	}
+}
+
+func params(m map[string]any) map[string]any { p, _ := m["params"].(map[string]any); return p }
+
+func mustOK(t *testing.T, r rpcReply) {
+	t.Helper()
+	if r.Error != nil {
+		t.Fatalf("unexpected error %d %s", r.Error.Code, r.Error.Message)
+	}
+}
+
+func mustErr(t *testing.T, r rpcReply, code int, msg string) {
+	t.Helper()
+	if r.Error == nil || r.Error.Code != code || r.Error.Message != msg {
+		t.Fatalf("got %+v %s; want error %d %q", r.Error, r.Result, code, msg)
+	}
+}
+
+func spawnParams(handle, script string, extra map[string]any) map[string]any {
+	p := map[string]any{"processHandle": handle, "command": []string{"/bin/sh", "-c", script}, "cwd": "/"}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
+}
+
+func TestAppServerBufferedCapsAndExit(t *testing.T) {
+	sup := newTestSupervisor(t, 1<<20, 50_000)
+	c := startConn(t, sup, true)
+	mustOK(t, c.call("process/spawn", spawnParams("h1", `printf 'abcdefghij'; printf 'ABCDEFGHIJ' >&2; exit 4`, map[string]any{"outputBytesCap": 4})))
+	ex := params(c.waitNote(appExited("h1")))
+	if ex["stdout"] != "abcd" || ex["stderr"] != "ABCD" || ex["stdoutCapReached"] != true || ex["stderrCapReached"] != true || ex["exitCode"] != float64(4) {
+		t.Fatalf("capped buffered exit: %v", ex)
+	}
+	mustOK(t, c.call("process/spawn", spawnParams("h2", `printf out; printf err >&2`, map[string]any{"outputBytesCap": nil})))
+	ex = params(c.waitNote(appExited("h2")))
+	if ex["stdout"] != "out" || ex["stderr"] != "err" || ex["stdoutCapReached"] != false || ex["exitCode"] != float64(0) {
+		t.Fatalf("uncapped buffered exit: %v", ex)
+	}
+	// The handle is free again once the process has exited.
+	mustOK(t, c.call("process/spawn", spawnParams("h1", `exit 0`, nil)))
+	c.waitNote(appExited("h1"))
+}
+
+func TestAppServerStreamingTimeoutKillAndErrors(t *testing.T) {
+	sup := newTestSupervisor(t, 1<<20, 50_000)
+	c := startConn(t, sup, true)
+	mustOK(t, c.call("process/spawn", spawnParams("s", `printf 0123456789`, map[string]any{"streamStdoutStderr": true, "outputBytesCap": 6})))
+	var got []byte
+	capSeen := false
+	for !capSeen {
+		m := c.waitNote(func(m map[string]any) bool { return m["method"] == "process/outputDelta" })
+		p := params(m)
+		b, _ := base64.StdEncoding.DecodeString(p["deltaBase64"].(string))
+		got = append(got, b...)
+		capSeen = p["capReached"] == true
+	}
+	ex := params(c.waitNote(appExited("s")))
+	if string(got) != "012345" || ex["stdout"] != "" || ex["stderr"] != "" {
+		t.Fatalf("streamed %q, exit %v", got, ex)
+	}
+
+	start := time.Now()
+	mustOK(t, c.call("process/spawn", spawnParams("t", `sleep 1000`, map[string]any{"timeoutMs": 200})))
+	if ex := params(c.waitNote(appExited("t"))); ex["exitCode"] != float64(124) {
+		t.Fatalf("timeout exit %v", ex)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("timeout took %v", d)
+	}
+
+	mustOK(t, c.call("process/spawn", spawnParams("k", `sleep 1000`, map[string]any{"timeoutMs": nil})))
+	mustErr(t, c.call("process/spawn", spawnParams("k", `true`, nil)), -32600, `duplicate active process handle: "k"`)
+	mustErr(t, c.call("process/resizePty", map[string]any{"processHandle": "k", "size": map[string]any{"rows": 5, "cols": 5}}), -32600, "failed to resize PTY: process is not attached to a PTY")
+	mustErr(t, c.call("process/writeStdin", map[string]any{"processHandle": "k", "deltaBase64": "aGk="}), -32600, "stdin streaming is not enabled for this process")
+	mustErr(t, c.call("process/writeStdin", map[string]any{"processHandle": "k"}), -32602, "process/writeStdin requires deltaBase64 or closeStdin")
+	mustOK(t, c.call("process/kill", map[string]any{"processHandle": "k"}))
+	if ex := params(c.waitNote(appExited("k"))); ex["exitCode"] != float64(137) {
+		t.Fatalf("kill exit %v", ex)
+	}
+	mustErr(t, c.call("process/kill", map[string]any{"processHandle": "nope"}), -32600, `no active process for process handle "nope"`)
+}
+
+func TestAppServerStdinEnvAndPTY(t *testing.T) {
+	t.Setenv("RUNTIMED_APP_TEST_UNSET", "present")
+	sup := newTestSupervisor(t, 1<<20, 50_000)
+	c := startConn(t, sup, true)
+	mustOK(t, c.call("process/spawn", spawnParams("cat", `cat; echo "[$RUNTIMED_APP_TEST_UNSET][$EXTRA]"`, map[string]any{
+		"streamStdin": true, "env": map[string]any{"RUNTIMED_APP_TEST_UNSET": nil, "EXTRA": "x"},
+	})))
+	mustOK(t, c.call("process/writeStdin", map[string]any{"processHandle": "cat", "deltaBase64": base64.StdEncoding.EncodeToString([]byte("hello\n"))}))
+	mustOK(t, c.call("process/writeStdin", map[string]any{"processHandle": "cat", "closeStdin": true}))
+	if ex := params(c.waitNote(appExited("cat"))); ex["stdout"] != "hello\n[][x]\n" || ex["exitCode"] != float64(0) {
+		t.Fatalf("stdin/env exit %v", ex)
+	}
+	mustOK(t, c.call("process/spawn", spawnParams("tty", `stty size; read x; stty size`, map[string]any{"tty": true, "streamStdin": true, "streamStdoutStderr": true, "size": map[string]any{"rows": 11, "cols": 33}})))
+	var screen []byte
+	waitScreen := func(want string) {
+		for !strings.Contains(string(screen), want) {
+			m := c.waitNote(func(m map[string]any) bool {
+				return m["method"] == "process/outputDelta" && params(m)["processHandle"] == "tty"
+			})
+			if params(m)["stream"] != "stdout" {
+				t.Fatalf("pty output reported as %v; want stdout", params(m)["stream"])
+			}
+			b, _ := base64.StdEncoding.DecodeString(params(m)["deltaBase64"].(string))
+			screen = append(screen, b...)
+		}
+	}
+	waitScreen("11 33")
+	mustOK(t, c.call("process/resizePty", map[string]any{"processHandle": "tty", "size": map[string]any{"rows": 12, "cols": 34}}))
+	mustOK(t, c.call("process/writeStdin", map[string]any{"processHandle": "tty", "deltaBase64": base64.StdEncoding.EncodeToString([]byte("\n"))}))
+	waitScreen("12 34")
+	c.waitNote(appExited("tty"))
+}
+
+func TestAppServerProcessesDieWithConnection(t *testing.T) {
+	sup := newTestSupervisor(t, 1<<20, 50_000)
+	client, server := memPipe()
+	done := make(chan struct{})
+	go func() { _ = sup.ServeConn(context.Background(), server, ConnOptions{Resumable: true}); close(done) }()
+	c := &rawClient{t: t, tr: client}
+	c.call("initialize", map[string]any{})
+	c.send(`{"method":"initialized"}`)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	mustOK(t, c.call("process/spawn", spawnParams("bg", `echo $$ > `+pidFile+`; sleep 1000`, map[string]any{"timeoutMs": nil})))
+	pid := waitPidFile(t, pidFile)
+	client.Close()
+	<-done
+	waitGone(t, pid)
+}
+
+func TestProcessLimit(t *testing.T) {
+	sup := NewSupervisor(Config{
+		Proc:         ProcConfig{RetainBytes: 1 << 20, RetainChunks: 100, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL:    time.Second,
+		MaxProcesses: 2,
+	})
+	t.Cleanup(func() { sup.Kill(); _ = sup.Wait(context.Background()) })
+	c := startConn(t, sup, true)
+	dir := t.TempDir()
+	start := func(id string) rpcReply {
+		return c.call("process/start", map[string]any{"processId": id, "argv": []string{"sleep", "1000"}, "cwd": dir})
+	}
+	mustOK(t, start("a"))
+	mustOK(t, start("b"))
+	limit := wire.ErrProcessLimit(2)
+	mustErr(t, start("c"), limit.Code, limit.Message)
+	mustOK(t, c.call("process/terminate", map[string]any{"processId": "a"}))
+	c.waitNote(func(m map[string]any) bool { return m["method"] == "process/closed" && params(m)["processId"] == "a" })
+	mustOK(t, start("c")) // a closed process no longer counts
+}
