@@ -26,6 +26,11 @@ const (
 	maxReadChunk = 64 << 10
 	// writeIDMemory is how many writeIds per process are remembered for dedupe.
 	writeIDMemory = 4096
+	// exitHold is how long a reported exit waits for the output streams to
+	// end before it takes its seq, so that output written before the exit
+	// is numbered before it (when a descendant keeps the streams open, the
+	// exit is published when the hold ends and later output follows it).
+	exitHold = 25 * time.Millisecond
 )
 
 // EventKind is the kind of a process event.
@@ -233,6 +238,9 @@ type process struct {
 	ring        *Ring
 	readSize    int
 	openStreams int
+	exitHeld    bool // an exit was reported and waits (up to exitHold) for the streams
+	heldCode    int
+	heldUntil   time.Time
 	exited      bool
 	exitCode    int
 	exitSeq     uint64
@@ -553,7 +561,10 @@ func (p *process) run(stop, kill <-chan struct{}) {
 		case f := <-factsCh:
 			p.handleFact(f)
 		case code := <-p.exitCh:
-			p.handleExit(code)
+			p.exitHeld, p.heldCode, p.heldUntil = true, code, time.Now().Add(exitHold)
+			if p.openStreams == 0 {
+				p.releaseExit()
+			}
 		case outCh <- ev:
 			p.delivered(ev)
 		case <-subDone:
@@ -567,7 +578,7 @@ func (p *process) run(stop, kill <-chan struct{}) {
 			p.onTimer(time.Now())
 		case <-stop:
 			p.stopping = true
-			if !p.exited {
+			if !p.reaped() {
 				p.startTerminate(p.cfg.ShutdownGrace)
 			} else if !p.closed {
 				p.forceDrain()
@@ -657,7 +668,7 @@ func (p *process) handle(m procMsg) {
 			m.reply <- false
 			return
 		}
-		if p.exited {
+		if p.reaped() {
 			// Kill what is left of the group (descendants holding the
 			// output open) and close the streams promptly.
 			p.terminating = true
@@ -669,7 +680,7 @@ func (p *process) handle(m procMsg) {
 		p.startTerminate(m.grace)
 		m.reply <- true
 	case signalMsg:
-		if p.exited {
+		if p.reaped() {
 			m.reply <- nil
 			return
 		}
@@ -699,7 +710,7 @@ func (p *process) handle(m procMsg) {
 		m.reply <- Subscription{History: p.historyAfter(m.after), Live: live}
 	case discardMsg:
 		p.discard = true
-		if !p.exited {
+		if !p.reaped() {
 			p.startTerminate(0)
 		} else if !p.closed {
 			_ = p.sess.Signal(syscall.SIGKILL)
@@ -767,6 +778,9 @@ func (p *process) handleFact(f fact) {
 		p.wakePolls()
 	case streamEndedMsg:
 		p.openStreams--
+		if p.openStreams == 0 && p.exitHeld {
+			p.releaseExit()
+		}
 		if f.err != nil && !errors.Is(f.err, io.EOF) && !isExpectedEnd(f.err) {
 			p.log.Debug("output stream ended with error", zap.Stringer("stream", f.stream), zap.Error(f.err))
 		}
@@ -777,6 +791,16 @@ func (p *process) handleFact(f fact) {
 // isExpectedEnd: EIO is how a PTY master reports that the slave side is gone.
 func isExpectedEnd(err error) bool {
 	return errors.Is(err, syscall.EIO) || errors.Is(err, os.ErrClosed)
+}
+
+// reaped reports whether the child has exited (published or held).
+func (p *process) reaped() bool { return p.exited || p.exitHeld }
+
+// releaseExit publishes a held exit.
+func (p *process) releaseExit() {
+	p.exitHeld = false
+	p.heldUntil = time.Time{}
+	p.handleExit(p.heldCode)
 }
 
 func (p *process) handleExit(code int) {
@@ -916,6 +940,9 @@ func (p *process) wakePolls() {
 }
 
 func (p *process) onTimer(now time.Time) {
+	if p.exitHeld && !now.Before(p.heldUntil) {
+		p.releaseExit()
+	}
 	kept := p.polls[:0]
 	for _, pr := range p.polls {
 		if !now.Before(pr.deadline) {
@@ -928,14 +955,14 @@ func (p *process) onTimer(now time.Time) {
 	p.polls = kept
 	if !p.killAt.IsZero() && !now.Before(p.killAt) {
 		p.killAt = time.Time{}
-		if !p.exited {
+		if !p.reaped() {
 			p.log.Debug("grace elapsed; killing process group")
 			_ = p.sess.Signal(syscall.SIGKILL)
 		}
 	}
 	if !p.timeoutAt.IsZero() && !now.Before(p.timeoutAt) {
 		p.timeoutAt = time.Time{}
-		if !p.exited {
+		if !p.reaped() {
 			p.log.Debug("timeout elapsed; killing process group")
 			p.timedOut = true
 			p.startTerminate(0)
@@ -961,6 +988,7 @@ func (p *process) rearm() {
 		consider(pr.deadline)
 	}
 	consider(p.killAt)
+	consider(p.heldUntil)
 	consider(p.timeoutAt)
 	consider(p.drainAt)
 	if p.closed {

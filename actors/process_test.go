@@ -303,3 +303,19 @@ func TestSpawnErrors(t *testing.T) {
 		t.Errorf("missing cwd: %v", err)
 	}
 }
+
+// Output written before the exit is numbered before it: the exit waits
+// briefly for the streams to end.
+func TestOutputBeforeExitIsNumberedFirst(t *testing.T) {
+	sup := newTestSupervisor(t, 1<<20, 50_000)
+	for i := 0; i < 30; i++ {
+		rec := newRecorder(16)
+		if _, err := sup.Spawn("p"+strconv.Itoa(i), shSpec(t, `echo hello; echo err >&2; exit 3`), rec.sub()); err != nil {
+			t.Fatal(err)
+		}
+		evs := rec.untilClosed(t, 10*time.Second)
+		if len(evs) != 4 || evs[2].Kind != EventExited || evs[2].Seq != 3 || evs[3].Seq != 4 {
+			t.Fatalf("run %d: %+v; want two outputs, exited(3), closed(4)", i, evs)
+		}
+	}
+}
