@@ -441,3 +441,66 @@ func itoa(i int) string {
 	}
 	return string(b)
 }
+
+type lister interface {
+	List(ctx context.Context) ([]ProcessInfo, error)
+}
+
+func TestBackendResizeListAndGraceKill(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b Backend) {
+		ctx := ctxT(t)
+		spec := sh(t, `echo ready; while read x; do stty size; done`)
+		spec.TTY = true
+		p, err := b.Start(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readUntil(t, ctx, p, "ready")
+		if err := p.Resize(ctx, 33, 77); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Write(ctx, []byte("\n")); err != nil {
+			t.Fatal(err)
+		}
+		readUntil(t, ctx, p, "33 77")
+
+		state := func(id string) string {
+			infos, err := b.(lister).List(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, in := range infos {
+				if in.ID == id {
+					return in.State
+				}
+			}
+			return "missing"
+		}
+		if s := state(p.ID()); s != "running" {
+			t.Fatalf("state %q; want running", s)
+		}
+		// A child that ignores SIGTERM is killed when the grace ends.
+		q, err := b.Start(ctx, sh(t, `trap '' TERM HUP; echo ready; while :; do sleep 0.01; done`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readUntil(t, ctx, q, "ready")
+		start := time.Now()
+		if running, _ := q.Terminate(ctx, 300*time.Millisecond); !running {
+			t.Fatal("terminate: not running")
+		}
+		st, err := q.Wait(ctx)
+		if err != nil || st.Code != 137 {
+			t.Fatalf("after grace: %+v %v; want 137", st, err)
+		}
+		if d := time.Since(start); d < 300*time.Millisecond {
+			t.Fatalf("killed after %v, before the grace ended", d)
+		}
+		if s := state(q.ID()); s != "closed" {
+			t.Fatalf("state after Wait %q; want closed", s)
+		}
+		if _, err := p.Terminate(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,4 +223,31 @@ func (p *localProcess) Events(ctx context.Context) (*EventStream, error) {
 		}
 		return subscription{history: sub.History, live: sub.Live}, nil
 	})
+}
+
+// List returns the backend's processes (like process/list), sorted by id.
+func (l *Local) List(ctx context.Context) ([]ProcessInfo, error) {
+	l.mu.Lock()
+	refs := make([]*actors.ProcessRef, 0, len(l.procs))
+	for _, ref := range l.procs {
+		if ref != nil {
+			refs = append(refs, ref)
+		}
+	}
+	l.mu.Unlock()
+	out := make([]ProcessInfo, 0, len(refs))
+	for _, ref := range refs {
+		info, err := ref.Info(ctx)
+		if err != nil {
+			continue // retention ended
+		}
+		pi := ProcessInfo{ID: info.ID, Pid: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq}
+		if info.State >= actors.StateExited {
+			code := info.ExitCode
+			pi.ExitCode = &code
+		}
+		out = append(out, pi)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
 }
