@@ -166,7 +166,12 @@ func resolve(p string, follow bool) (string, error) {
 			return "", err
 		}
 		last := strings.TrimLeft(rest, "/") == ""
-		if fi.Mode()&fs.ModeSymlink == 0 || (last && !follow) {
+		isLink := fi.Mode()&fs.ModeSymlink != 0
+		if !isLink && !last && !fi.IsDir() {
+			// The kernel refuses "file/x" and "file/.." alike.
+			return "", &fs.PathError{Op: "stat", Path: p, Err: syscall.ENOTDIR}
+		}
+		if !isLink || (last && !follow) {
 			dest = next
 			continue
 		}

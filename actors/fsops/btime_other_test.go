@@ -1,0 +1,5 @@
+//go:build !linux
+
+package fsops
+
+func reportsBirthTime(string) bool { return false }
