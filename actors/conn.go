@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/runtimed/runtimed/actors/fsops"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -106,6 +107,7 @@ type conn struct {
 	hs      handshake
 	session *SessionTable
 	apps    map[string]*appProc // app-server dialect handles of this connection
+	files   fsops.Handles       // fs/open handles of this connection
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -136,6 +138,7 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 	c.readLoop()
 	c.wg.Wait()
 	c.discardApps()
+	c.files.CloseAll()
 	stopWatch()
 	t.Close()
 	cause := context.Cause(cctx)
@@ -248,6 +251,9 @@ var knownMethods = map[string]string{
 
 func (c *conn) request(msg wire.Message) {
 	family, known := knownMethods[msg.Method]
+	if fsops.IsFsMethod(msg.Method) {
+		family, known = "filesystem", true
+	}
 	if !known {
 		c.reply(msg.ID, nil, wire.ErrUnknownMethod(msg.Method))
 		return
@@ -262,6 +268,13 @@ func (c *conn) request(msg wire.Message) {
 		return
 	case hsInitialized:
 		c.reply(msg.ID, nil, wire.ErrNotInitializedAck(family))
+		return
+	}
+	if family == "filesystem" {
+		// fs methods run inline, in arrival order: a client may pipeline a
+		// write and a read of the same file.
+		res, ferr := fsops.Handle(msg.Method, msg.Params, c.sup.cfg.FsRoots, &c.files)
+		c.reply(msg.ID, res, ferr)
 		return
 	}
 	switch msg.Method {

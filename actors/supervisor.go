@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors/fsops"
 )
 
 // Config configures a Supervisor. Zero values are replaced by defaults in
@@ -18,7 +20,9 @@ type Config struct {
 	// MaxProcesses bounds the active (not yet closed) processes of one
 	// session, and the app-server processes of one connection.
 	MaxProcesses int
-	Logger       *zap.Logger
+	// FsRoots confines the fs/* methods (zero value: the whole filesystem).
+	FsRoots fsops.Roots
+	Logger  *zap.Logger
 }
 
 // Supervisor owns the registry actor and tracks every goroutine the actors

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/actors/fsops"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -59,6 +61,16 @@ type Config struct {
 	// AllowedOrigins lists Origin header values that may connect. Any other
 	// request carrying an Origin header is refused with 403.
 	AllowedOrigins []string
+	// FsRoots confines every fs/* method to these directories (after
+	// resolving symlinks). Empty means the whole filesystem.
+	FsRoots []string
+}
+
+// Validate reports configuration errors that NewServer would otherwise
+// turn into failing Serve calls (for example an fs root that does not exist).
+func (c Config) Validate() error {
+	_, err := fsops.NewRoots(c.FsRoots)
+	return err
 }
 
 func (c Config) withDefaults() Config {
@@ -106,6 +118,8 @@ type Server struct {
 	log *zap.Logger
 	sup *actors.Supervisor
 
+	initErr error // a configuration error: Serve and ServeTransport return it
+
 	ctx    context.Context // cancelled (cause ReasonShutdown) when closing
 	cancel context.CancelCauseFunc
 
@@ -119,10 +133,18 @@ type Server struct {
 func NewServer(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancelCause(context.Background())
+	scfg := supervisorConfig(cfg)
+	roots, err := fsops.NewRoots(cfg.FsRoots)
+	if err != nil {
+		// Serve refuses to run; until then confine to nothing reachable.
+		roots, _ = fsops.NewRoots([]string{os.TempDir()})
+	}
+	scfg.FsRoots = roots
 	return &Server{
 		cfg:       cfg,
 		log:       cfg.Logger,
-		sup:       actors.NewSupervisor(supervisorConfig(cfg)),
+		initErr:   err,
+		sup:       actors.NewSupervisor(scfg),
 		ctx:       ctx,
 		cancel:    cancel,
 		listeners: make(map[net.Listener]*http.Server),
@@ -196,6 +218,9 @@ func (s *Server) isClosing() bool {
 // Serve accepts websocket connections on l until Shutdown or Close; then it
 // returns ErrServerClosed.
 func (s *Server) Serve(l net.Listener) error {
+	if s.initErr != nil {
+		return s.initErr
+	}
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(s.log.Named("http"))}
 	s.mu.Lock()
 	if s.closing {
@@ -215,6 +240,10 @@ func (s *Server) Serve(l net.Listener) error {
 // With resumable, a dropped connection detaches its session for the detach
 // TTL (websocket); otherwise its end terminates its processes (stdio).
 func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
+	if s.initErr != nil {
+		t.Close()
+		return s.initErr
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

@@ -39,7 +39,8 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	maxMessage := fs.Int("max-message-bytes", runtime.DefaultMaxMessageBytes, "largest inbound message")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error (logs go to stderr)")
 	tokenFile := fs.String("auth-token-file", "", "file holding the bearer token every websocket client must send (or set RUNTIMED_AUTH_TOKEN)")
-	var origins stringList
+	var origins, fsRoots stringList
+	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods to this directory (repeatable; default: the whole filesystem)")
 	fs.Var(&origins, "allowed-origin", "an Origin header value allowed to connect (repeatable; by default any request with an Origin is refused)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -83,6 +84,11 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		MaxProcesses:    *maxProcs,
 		AuthToken:       token,
 		AllowedOrigins:  origins,
+		FsRoots:         fsRoots,
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "runtimed serve: --fs-root: %v\n", err)
+		return 2
 	}
 	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 {
 		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks, --max-processes and --max-message-bytes must be positive")
