@@ -94,6 +94,8 @@ type Client struct {
 	done     chan struct{}  // closed when run returns
 	wg       sync.WaitGroup
 
+	*fsImpl // the FileSystem methods, over this connection
+
 	sessionID   string // immutable after the first handshake
 	nextID      atomic.Int64
 	procSeq     atomic.Uint64
@@ -174,6 +176,7 @@ func connect(ctx context.Context, o ClientOptions, dial func(context.Context) (w
 		return nil, fmt.Errorf("runtime: initialize: %w", err)
 	}
 	c.sessionID = sid
+	c.fsImpl = newRemoteFS(c)
 	st := &clientState{c: c, pending: map[int64]*pendingCall{}, procs: map[string]*rproc{}}
 	st.attach(t)
 	c.wg.Go(st.run)

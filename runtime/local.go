@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/actors/fsops"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -21,6 +23,8 @@ import (
 // on the path. It applies the same rules and returns the same errors
 // (*RPCError with the protocol's codes and messages) as a server would.
 type Local struct {
+	*fsImpl // the FileSystem methods, on this machine (Config.FsRoots applies)
+
 	sup    *actors.Supervisor
 	nextID atomic.Uint64
 
@@ -32,7 +36,11 @@ type Local struct {
 // AuthToken, AllowedOrigins and MaxMessageBytes do not apply.
 func NewLocal(cfg Config) *Local {
 	cfg = cfg.withDefaults()
-	return &Local{sup: actors.NewSupervisor(supervisorConfig(cfg)), procs: make(map[string]*actors.ProcessRef)}
+	roots, err := fsops.NewRoots(cfg.FsRoots)
+	if err != nil {
+		roots, _ = fsops.NewRoots([]string{os.TempDir()}) // see Config.Validate
+	}
+	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(supervisorConfig(cfg)), procs: make(map[string]*actors.ProcessRef)}
 }
 
 func supervisorConfig(cfg Config) actors.Config {

@@ -191,3 +191,29 @@ func TestCLIExecTTY(t *testing.T) {
 		t.Fatalf("terminal not restored: before lflag %#x iflag %#x, after %#x %#x", before.Lflag, before.Iflag, after.Lflag, after.Iflag)
 	}
 }
+
+func TestCLIFs(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	srv := wiretest.StartWS(t, bin, "--fs-root", root)
+	payload := strings.Repeat("0123456789abcdef", 200_000) // 3.2 MB: several readBlock calls
+	f := root + "/data.txt"
+	if _, errOut, code := runCLI(t, payload, "fs", "put", "--connect", srv.URL, f); code != 0 {
+		t.Fatalf("fs put: %d %q", code, errOut)
+	}
+	if out, errOut, code := runCLI(t, "", "fs", "cat", "--connect", srv.URL, f); code != 0 || out != payload {
+		t.Fatalf("fs cat: code %d, %d bytes, stderr %q", code, len(out), errOut)
+	}
+	if out, _, code := runCLI(t, "", "fs", "ls", "--connect", srv.URL, root); code != 0 || out != "data.txt\n" {
+		t.Fatalf("fs ls: %d %q", code, out)
+	}
+	if out, _, code := runCLI(t, "", "fs", "stat", "--connect", srv.URL, f); code != 0 || !strings.Contains(out, "type: file") || !strings.Contains(out, "size: 3200000") {
+		t.Fatalf("fs stat: %d %q", code, out)
+	}
+	if _, errOut, code := runCLI(t, "", "fs", "cat", "--connect", srv.URL, "/etc/hostname"); code != 1 || !strings.Contains(errOut, "outside the allowed roots") {
+		t.Fatalf("fs cat outside the root: %d %q", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, "", "fs", "cat", "--connect", srv.URL, root+"/missing"); code != 1 || !strings.Contains(errOut, "no such file or directory") {
+		t.Fatalf("fs cat of a missing file: %d %q", code, errOut)
+	}
+}

@@ -18,6 +18,7 @@ Usage:
   runtimed exec [--connect URL] [-t] -- CMD ...   run a command (remotely, or embedded without --connect); exits with its code
   runtimed stdio [--connect URL] -- CMD ...       bridge local stdin/stdout to a command byte for byte (e.g. an MCP server)
   runtimed ps --connect URL --session ID          list a session's processes
+  runtimed fs cat|put|ls|stat [--connect URL] PATH  read, write, list or describe files (remotely or here)
   runtimed help                                   this text
 
 Run "runtimed COMMAND -h" for a command's flags.
@@ -41,6 +42,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return stdioCmd(args[1:], stdin, stdout, stderr)
 	case "ps":
 		return psCmd(args[1:], stdout, stderr)
+	case "fs":
+		return fsCmd(args[1:], stdin, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
