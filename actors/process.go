@@ -22,8 +22,9 @@ const (
 	// stdinQueueCap bounds writes handed to the stdin writer goroutine; more
 	// wait inside the actor, each holding its own requester's reply.
 	stdinQueueCap = 64
-	// maxReadChunk is the largest read from a pipe or PTY, so the largest chunk.
-	maxReadChunk = 64 << 10
+	// maxReadChunk is the largest chunk: one read of a pipe or PTY drains
+	// what is available up to this (256 KiB, 342 KiB of base64 on the wire).
+	maxReadChunk = 256 << 10
 	// writeIDMemory is how many writeIds per process are remembered for dedupe.
 	writeIDMemory = 4096
 	// exitHold is how long a reported exit waits for the output streams to
@@ -471,12 +472,13 @@ func (p *process) startHelpers(wg interface{ Go(func()) }) {
 }
 
 func (p *process) readLoop(st Stream, r Reader) {
-	buf := make([]byte, p.readSize)
+	cr, ok := r.(ChunkReader)
+	if !ok {
+		cr = &bufferedChunks{r: r, buf: make([]byte, p.readSize)}
+	}
 	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			data := make([]byte, n)
-			copy(data, buf[:n])
+		data, err := cr.ReadChunk(p.readSize)
+		if len(data) > 0 {
 			select {
 			case p.facts <- outputReadMsg{stream: st, data: data}:
 			case <-p.done:
@@ -491,6 +493,20 @@ func (p *process) readLoop(st Stream, r Reader) {
 			return
 		}
 	}
+}
+
+// bufferedChunks adapts a plain Reader (test fakes) to ChunkReader.
+type bufferedChunks struct {
+	r   Reader
+	buf []byte
+}
+
+func (b *bufferedChunks) ReadChunk(max int) ([]byte, error) {
+	n, err := b.r.Read(b.buf[:min(max, len(b.buf))])
+	if n > 0 {
+		return append([]byte(nil), b.buf[:n]...), nil
+	}
+	return nil, err
 }
 
 func (p *process) stdinLoop() {
@@ -524,8 +540,8 @@ func (p *process) run(stop, kill <-chan struct{}) {
 	p.timer.Stop()
 	defer p.timer.Stop()
 	for {
-		if p.closed && (p.discard || p.stopping) {
-			return
+		if p.closed && (p.discard || p.stopping) && p.killAt.IsZero() {
+			return // (a pending group kill is carried out first)
 		}
 		if p.closed && !p.expireAt.IsZero() && !time.Now().Before(p.expireAt) {
 			p.log.Debug("closed process retention ended")
@@ -578,10 +594,13 @@ func (p *process) run(stop, kill <-chan struct{}) {
 			p.onTimer(time.Now())
 		case <-stop:
 			p.stopping = true
-			if !p.reaped() {
+			if !p.closed {
+				// The whole group goes, including descendants of a leader
+				// that already exited but left them holding the output.
 				p.startTerminate(p.cfg.ShutdownGrace)
-			} else if !p.closed {
-				p.forceDrain()
+				if p.reaped() {
+					p.forceDrain()
+				}
 			}
 		case <-kill:
 			kill = nil
@@ -812,7 +831,9 @@ func (p *process) handleExit(code int) {
 	p.exitCode = code
 	p.exitSeq = p.nextSeq
 	p.nextSeq++
-	p.killAt = time.Time{}
+	if !p.terminating {
+		p.killAt = time.Time{}
+	}
 	p.log.Debug("process exited", zap.Int("exit_code", code))
 	if p.terminating {
 		// Whatever is left of the group goes too, and streams held open by
@@ -955,10 +976,9 @@ func (p *process) onTimer(now time.Time) {
 	p.polls = kept
 	if !p.killAt.IsZero() && !now.Before(p.killAt) {
 		p.killAt = time.Time{}
-		if !p.reaped() {
-			p.log.Debug("grace elapsed; killing process group")
-			_ = p.sess.Signal(syscall.SIGKILL)
-		}
+		// The grace is over for the whole group, closed or not.
+		p.log.Debug("grace elapsed; killing process group")
+		_ = p.sess.Signal(syscall.SIGKILL)
 	}
 	if !p.timeoutAt.IsZero() && !now.Before(p.timeoutAt) {
 		p.timeoutAt = time.Time{}

@@ -319,3 +319,26 @@ func TestOutputBeforeExitIsNumberedFirst(t *testing.T) {
 		}
 	}
 }
+
+// A graceful stop kills what is left of a process group whose leader has
+// already exited (a background child still holding the output).
+func TestStopKillsDescendantsOfExitedLeader(t *testing.T) {
+	sup := newTestSupervisor(t, 1<<20, 50_000)
+	dir := t.TempDir()
+	rec := newRecorder(16)
+	ref, err := sup.Spawn("p", shSpec(t, `(trap '' TERM; echo $$ > /dev/null; sh -c 'echo $PPID' > `+dir+`/bg; while :; do sleep 0.01; done) & exit 5`), rec.sub())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg := waitPidFile(t, filepath.Join(dir, "bg"))
+	if ev := next(t, rec); ev.Kind != EventExited {
+		t.Fatalf("first event %+v; want exited", ev)
+	}
+	sup.Stop()
+	select {
+	case <-ref.Closed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("process not closed after stop")
+	}
+	waitGone(t, bg)
+}

@@ -29,6 +29,9 @@ type Spec struct {
 	Timeout time.Duration
 }
 
+// pipeSize is the capacity requested for output pipes (F_SETPIPE_SZ).
+const pipeSize = 1 << 20
+
 // TimeoutExitCode is the exit code reported for a process killed by its Timeout.
 const TimeoutExitCode = 124
 
@@ -153,14 +156,20 @@ func startOS(spec Spec) (_ *osSession, err error) {
 	attr := &os.ProcAttr{Dir: spec.Dir, Env: spec.Env, Sys: &syscall.SysProcAttr{Setsid: true}}
 	if spec.TTY {
 		master, slave, perr := pty.Open()
+		if perr == nil {
+			master, perr = pollable(master)
+		}
 		if perr != nil {
+			if slave != nil {
+				slave.Close()
+			}
 			return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
 		}
 		rows, cols := spec.Rows, spec.Cols
 		if rows == 0 || cols == 0 {
 			rows, cols = 24, 80
 		}
-		_ = pty.Setsize(master, &pty.Winsize{Rows: rows, Cols: cols})
+		_ = setWinsize(master, rows, cols)
 		childFiles = append(childFiles, slave)
 		s.outputs, s.streams, s.stdin = []*os.File{master}, []Stream{PTY}, master
 		attr.Files = []*os.File{slave, slave, slave}
@@ -188,12 +197,14 @@ func startOS(spec Spec) (_ *osSession, err error) {
 		}
 		childFiles = append(childFiles, outW)
 		s.outputs = append(s.outputs, outR)
+		setPipeSize(outR, pipeSize)
 		errR, errW, perr := os.Pipe()
 		if perr != nil {
 			return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
 		}
 		childFiles = append(childFiles, errW)
 		s.outputs = append(s.outputs, errR)
+		setPipeSize(errR, pipeSize)
 		s.streams = []Stream{Stdout, Stderr}
 		attr.Files = []*os.File{stdinChild, outW, errW}
 	}
@@ -215,10 +226,15 @@ func errUnwrapPath(err error) error {
 
 func (s *osSession) Pid() int            { return s.pid }
 func (s *osSession) Streams() []Stream   { return s.streams }
-func (s *osSession) Output(i int) Reader { return s.outputs[i] }
+func (s *osSession) Output(i int) Reader { return newFileChunks(s.outputs[i]) }
 func (s *osSession) HasStdin() bool      { return s.stdin != nil }
 
 func (s *osSession) Wait() int {
+	if w := newPidWaiter(s.pid); w != nil {
+		if code, ok := w.wait(); ok {
+			return code
+		}
+	}
 	st, err := s.proc.Wait()
 	if err != nil {
 		return -1
@@ -256,7 +272,7 @@ func (s *osSession) Resize(rows, cols uint16) error {
 	if !s.tty {
 		return ErrNotPTY
 	}
-	return pty.Setsize(s.outputs[0], &pty.Winsize{Rows: rows, Cols: cols})
+	return setWinsize(s.outputs[0], rows, cols)
 }
 
 func (s *osSession) CloseOutputs() {

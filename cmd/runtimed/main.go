@@ -19,6 +19,7 @@ Usage:
   runtimed stdio [--connect URL] -- CMD ...       bridge local stdin/stdout to a command byte for byte (e.g. an MCP server)
   runtimed ps --connect URL --session ID          list a session's processes
   runtimed fs cat|put|ls|stat [--connect URL] PATH  read, write, list or describe files (remotely or here)
+  runtimed bench (--connect URL | --spawn 'CMD') measure a runtimed or any compatible server
   runtimed help                                   this text
 
 Run "runtimed COMMAND -h" for a command's flags.
@@ -44,6 +45,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return psCmd(args[1:], stdout, stderr)
 	case "fs":
 		return fsCmd(args[1:], stdin, stdout, stderr)
+	case "bench":
+		return benchCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,190 @@
+package actors
+
+import (
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ChunkReader is an output stream that returns whole chunks. The real
+// session's streams implement it; a Reader that does not is read with a
+// buffer per reader goroutine.
+type ChunkReader interface {
+	// ReadChunk blocks until data is available and returns at most max
+	// bytes in a new slice (all that could be read without blocking), or
+	// io.EOF / another error at the end of the stream.
+	ReadChunk(max int) ([]byte, error)
+}
+
+// readBufs holds read buffers between reads, so an idle stream (blocked in
+// the runtime poller, not in a thread) holds no buffer at all.
+var readBufs = sync.Pool{New: func() any { b := make([]byte, maxReadChunk); return &b }}
+
+// fileChunks reads a pipe or PTY master through the runtime poller and
+// coalesces everything already available, up to max, into one chunk:
+// fewer, larger chunks when the child writes faster than the client reads.
+type fileChunks struct {
+	f  *os.File
+	rc syscall.RawConn
+}
+
+func newFileChunks(f *os.File) Reader {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return f
+	}
+	return &fileChunks{f: f, rc: rc}
+}
+
+// Read satisfies Reader for callers that do not know ReadChunk.
+func (r *fileChunks) Read(p []byte) (int, error) { return r.f.Read(p) }
+
+func (r *fileChunks) ReadChunk(max int) ([]byte, error) {
+	var out []byte
+	var rerr error
+	err := r.rc.Read(func(fd uintptr) bool {
+		bp := readBufs.Get().(*[]byte)
+		buf := (*bp)[:min(max, len(*bp))]
+		n := 0
+		for n < len(buf) {
+			m, e := syscall.Read(int(fd), buf[n:])
+			if m > 0 {
+				n += m
+				continue
+			}
+			if e == syscall.EINTR {
+				continue
+			}
+			if e == syscall.EAGAIN {
+				break
+			}
+			if e == nil { // m == 0: end of stream
+				rerr = io.EOF
+			} else {
+				rerr = e
+			}
+			break
+		}
+		if n > 0 {
+			out = append([]byte(nil), buf[:n]...)
+			rerr = nil // report the end on the next call
+		}
+		readBufs.Put(bp)
+		return n > 0 || rerr != nil // false: wait for readability
+	})
+	if out != nil {
+		return out, nil
+	}
+	if rerr != nil {
+		return nil, rerr
+	}
+	return nil, err // the file was closed under us
+}
+
+// setPipeSize enlarges a pipe so a fast child is not stalled by a 64 KiB
+// buffer while the pipeline drains; failure (limits) is harmless.
+func setPipeSize(f *os.File, size int) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, size) })
+	}
+}
+
+// pidWaiter reaps a child through a pidfd registered with the runtime
+// poller: waiting costs no thread (a blocking wait4 holds one per child).
+type pidWaiter struct {
+	f *os.File
+}
+
+func newPidWaiter(pid int) *pidWaiter {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil
+	}
+	return &pidWaiter{f: os.NewFile(uintptr(fd), "pidfd")}
+}
+
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// wait blocks (in the poller) until the child exits, reaps it and returns
+// its exit code (128+N when killed by signal N). ok is false if the pidfd
+// could not be used, in which case nothing was reaped.
+func (w *pidWaiter) wait() (code int, ok bool) {
+	defer w.f.Close()
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	reaped := false
+	rerr := rc.Read(func(fd uintptr) bool {
+		var info unix.Siginfo
+		for {
+			err := unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED|unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return true // e.g. ECHILD: give up on the pidfd path
+			}
+			break
+		}
+		pid := *(*int32)(unsafe.Add(unsafe.Pointer(&info), 16))
+		if pid == 0 {
+			return false // not exited yet: wait for the pidfd to become readable
+		}
+		status := int(*(*int32)(unsafe.Add(unsafe.Pointer(&info), 24)))
+		switch info.Code {
+		case cldKilled, cldDumped:
+			code = 128 + status
+		default:
+			code = status
+		}
+		reaped = true
+		return true
+	})
+	if rerr != nil || !reaped {
+		return 0, false
+	}
+	return code, true
+}
+
+// pollable returns f as a non-blocking file registered with the runtime
+// poller. creack/pty's ioctls call Fd(), which puts the PTY master in
+// blocking mode, so that every read would pin a thread; a non-blocking
+// duplicate restores poller reads (and Close unblocking them).
+func pollable(f *os.File) (*os.File, error) {
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	f.Close()
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), nil
+}
+
+// setWinsize sets a PTY's window size without touching the file's mode.
+func setWinsize(f *os.File, rows, cols uint16) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) {
+		ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	}); err != nil {
+		return err
+	}
+	return ierr
+}

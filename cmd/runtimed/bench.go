@@ -1,0 +1,517 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/runtimed/runtimed/wire"
+)
+
+const benchUsage = `usage: runtimed bench (--connect URL | --spawn 'CMD' [--stdio]) [flags]
+
+Measures a runtimed (or any compatible exec-server) and prints, per figure,
+the median with min and max over --runs:
+  a  spawn /bin/true through to process/closed, sequential: p50 and p99
+  b  streaming throughput of head -c N /dev/zero, MB/s of decoded bytes
+     (plus the server's CPU seconds per GB when its pid is known)
+  c  100 concurrent processes each printing 1 MiB: wall time
+  d  small RPC round trip (process/read, waitMs 0, of an exited process): p50 and p99
+  e  PTY streaming MB/s
+  f  server RSS and threads with 1000 idle sleep children, and the time to terminate them
+MB is 10^6 bytes. --spawn runs CMD with sh -c "exec CMD" and reads the URL
+from its stdout (or, with --stdio, speaks the protocol on its stdin/stdout);
+its pid is then known. With --connect, pass --pid for CPU/RSS figures.
+`
+
+type benchOpts struct {
+	runs        int
+	streamBytes int64
+	ptyBytes    int64
+	spawnN      int
+	rpcN        int
+	idleN       int
+	only        string
+	pid         int
+}
+
+func benchCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("runtimed bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
+	connect := fs.String("connect", "", "websocket URL of a running server")
+	spawn := fs.String("spawn", "", "command that starts a server (its URL is read from its stdout)")
+	stdio := fs.Bool("stdio", false, "with --spawn: speak the protocol over the command's stdin/stdout")
+	jsonOut := fs.Bool("json", false, "print results as JSON")
+	var o benchOpts
+	fs.IntVar(&o.runs, "runs", 3, "repetitions of each figure")
+	fs.Int64Var(&o.streamBytes, "stream-bytes", 256<<20, "bytes streamed in figure b")
+	fs.Int64Var(&o.ptyBytes, "pty-bytes", 64<<20, "bytes streamed in figure e")
+	fs.IntVar(&o.spawnN, "spawn-n", 200, "spawns per run in figure a")
+	fs.IntVar(&o.rpcN, "rpc-n", 2000, "round trips per run in figure d")
+	fs.IntVar(&o.idleN, "idle-n", 1000, "idle children in figure f")
+	fs.StringVar(&o.only, "only", "abcdef", "figures to run")
+	fs.IntVar(&o.pid, "pid", 0, "the server's pid, for CPU, RSS and thread figures (known with --spawn)")
+	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the benchmark client to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "runtimed bench: --cpu-profile:", err)
+			return 2
+		}
+		defer stopProfile()
+	}
+	if (*connect == "") == (*spawn == "") {
+		fmt.Fprintln(stderr, "runtimed bench: give exactly one of --connect URL or --spawn 'CMD'")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+
+	var dial func(ctx context.Context) (wire.Transport, error)
+	if *spawn != "" {
+		srv, err := spawnServer(ctx, *spawn, *stdio, stderr)
+		if err != nil {
+			fmt.Fprintln(stderr, "runtimed bench:", err)
+			return 1
+		}
+		defer srv.stop()
+		o.pid = srv.cmd.Process.Pid
+		if *stdio {
+			used := false
+			dial = func(ctx context.Context) (wire.Transport, error) {
+				if used {
+					return nil, errors.New("a stdio server takes one connection")
+				}
+				used = true
+				return srv.stdio, nil
+			}
+		} else {
+			url := srv.url
+			dial = func(ctx context.Context) (wire.Transport, error) { return wire.DialWebsocket(ctx, url, nil, 256<<20) }
+		}
+	} else {
+		url := *connect
+		dial = func(ctx context.Context) (wire.Transport, error) { return wire.DialWebsocket(ctx, url, nil, 256<<20) }
+	}
+	t, err := dial(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed bench:", err)
+		return 1
+	}
+	c, err := newBenchClient(ctx, t)
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed bench:", err)
+		return 1
+	}
+	defer c.close()
+
+	b := &bencher{c: c, o: o, log: stderr}
+	results, err := b.run(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "runtimed bench:", err)
+		return 1
+	}
+	if *jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(results)
+		return 0
+	}
+	for _, r := range results {
+		fmt.Fprintf(stdout, "%-40s %12s  (min %s, max %s) %s\n", r.Name, fmtVal(r.Median, r.Unit), fmtVal(r.Min, r.Unit), fmtVal(r.Max, r.Unit), r.Unit)
+	}
+	return 0
+}
+
+func fmtVal(v float64, unit string) string {
+	switch unit {
+	case "ms":
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	case "us":
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+}
+
+// benchResult is one figure: median, min and max over the runs.
+type benchResult struct {
+	Name   string    `json:"name"`
+	Unit   string    `json:"unit"`
+	Median float64   `json:"median"`
+	Min    float64   `json:"min"`
+	Max    float64   `json:"max"`
+	Runs   []float64 `json:"runs"`
+}
+
+func summarize(name, unit string, runs []float64) benchResult {
+	s := append([]float64(nil), runs...)
+	sort.Float64s(s)
+	r := benchResult{Name: name, Unit: unit, Runs: runs}
+	if len(s) > 0 {
+		r.Min, r.Max, r.Median = s[0], s[len(s)-1], s[len(s)/2]
+	}
+	return r
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	if len(s) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(s)-1) + 0.5)
+	return s[i]
+}
+
+type bencher struct {
+	c   *benchClient
+	o   benchOpts
+	log io.Writer
+	seq atomic.Int64
+}
+
+func (b *bencher) id(prefix string) string { return prefix + "-" + strconv.FormatInt(b.seq.Add(1), 10) }
+
+func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
+	var out []benchResult
+	want := func(f string) bool { return strings.Contains(b.o.only, f) }
+	if want("a") {
+		var p50, p99 []float64
+		for i := 0; i < b.o.runs; i++ {
+			d, err := b.spawnLatency(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("figure a: %w", err)
+			}
+			p50 = append(p50, ms(percentile(d, 0.50)))
+			p99 = append(p99, ms(percentile(d, 0.99)))
+		}
+		out = append(out, summarize("a spawn->closed p50", "ms", p50), summarize("a spawn->closed p99", "ms", p99))
+	}
+	if want("b") {
+		var rate, cpu []float64
+		for i := 0; i < b.o.runs; i++ {
+			r, c, err := b.stream(ctx, b.o.streamBytes, false)
+			if err != nil {
+				return nil, fmt.Errorf("figure b: %w", err)
+			}
+			rate, cpu = append(rate, r), append(cpu, c)
+		}
+		out = append(out, summarize("b streaming", "MB/s", rate))
+		if b.o.pid > 0 {
+			out = append(out, summarize("b server CPU per GB", "s/GB", cpu))
+		}
+	}
+	if want("c") {
+		var wall []float64
+		for i := 0; i < b.o.runs; i++ {
+			d, err := b.concurrent(ctx, 100, 1<<20)
+			if err != nil {
+				return nil, fmt.Errorf("figure c: %w", err)
+			}
+			wall = append(wall, ms(d))
+		}
+		out = append(out, summarize("c 100 x 1 MiB concurrent", "ms", wall))
+	}
+	if want("d") {
+		var p50, p99 []float64
+		for i := 0; i < b.o.runs; i++ {
+			d, err := b.rpc(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("figure d: %w", err)
+			}
+			p50 = append(p50, us(percentile(d, 0.50)))
+			p99 = append(p99, us(percentile(d, 0.99)))
+		}
+		out = append(out, summarize("d small RPC p50", "us", p50), summarize("d small RPC p99", "us", p99))
+	}
+	if want("e") {
+		var rate []float64
+		for i := 0; i < b.o.runs; i++ {
+			r, _, err := b.stream(ctx, b.o.ptyBytes, true)
+			if err != nil {
+				return nil, fmt.Errorf("figure e: %w", err)
+			}
+			rate = append(rate, r)
+		}
+		out = append(out, summarize("e PTY streaming", "MB/s", rate))
+	}
+	if want("f") {
+		var rss, threads, kill []float64
+		for i := 0; i < b.o.runs; i++ {
+			r, th, k, err := b.idle(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("figure f: %w", err)
+			}
+			rss, threads, kill = append(rss, r), append(threads, th), append(kill, ms(k))
+		}
+		if b.o.pid > 0 {
+			out = append(out, summarize(fmt.Sprintf("f RSS per idle child (%d)", b.o.idleN), "KiB", rss),
+				summarize(fmt.Sprintf("f server threads with %d children", b.o.idleN), "threads", threads))
+		}
+		out = append(out, summarize(fmt.Sprintf("f terminate %d idle children", b.o.idleN), "ms", kill))
+	}
+	return out, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func (b *bencher) spawnLatency(ctx context.Context) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, b.o.spawnN)
+	for i := 0; i < b.o.spawnN; i++ {
+		start := time.Now()
+		p, err := b.c.start(ctx, b.id("a"), []string{"/bin/true"}, false)
+		if err != nil {
+			return nil, err
+		}
+		if err := waitClosed(ctx, p); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
+
+func waitClosed(ctx context.Context, p *benchProc) error {
+	select {
+	case <-p.closed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stream returns MB/s of decoded output and the server's CPU s/GB.
+func (b *bencher) stream(ctx context.Context, n int64, tty bool) (float64, float64, error) {
+	cpu0 := procCPU(b.o.pid)
+	start := time.Now()
+	p, err := b.c.start(ctx, b.id("s"), []string{"head", "-c", strconv.FormatInt(n, 10), "/dev/zero"}, tty)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := waitClosed(ctx, p); err != nil {
+		return 0, 0, err
+	}
+	el := time.Since(start)
+	if p.bytes < n {
+		return 0, 0, fmt.Errorf("received %d of %d bytes", p.bytes, n)
+	}
+	cpu := procCPU(b.o.pid) - cpu0
+	fmt.Fprintf(b.log, "bench: %d bytes in %d notifications (%.0f bytes each) in %v\n", p.bytes, p.chunks, float64(p.bytes)/float64(max(p.chunks, 1)), el.Round(time.Millisecond))
+	return float64(p.bytes) / 1e6 / el.Seconds(), cpu / (float64(p.bytes) / 1e9), nil
+}
+
+func (b *bencher) concurrent(ctx context.Context, n int, each int64) (time.Duration, error) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Go(func() {
+			p, err := b.c.start(ctx, b.id("c"), []string{"head", "-c", strconv.FormatInt(each, 10), "/dev/zero"}, false)
+			if err == nil {
+				err = waitClosed(ctx, p)
+			}
+			if err == nil && p.bytes != each {
+				err = fmt.Errorf("process got %d of %d bytes", p.bytes, each)
+			}
+			if err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return el, nil
+}
+
+func (b *bencher) rpc(ctx context.Context) ([]time.Duration, error) {
+	id := b.id("d")
+	p, err := b.c.start(ctx, id, []string{"/bin/true"}, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitClosed(ctx, p); err != nil {
+		return nil, err
+	}
+	params := map[string]any{"processId": id, "afterSeq": 0, "waitMs": 0}
+	out := make([]time.Duration, 0, b.o.rpcN)
+	for i := 0; i < b.o.rpcN; i++ {
+		start := time.Now()
+		if _, err := b.c.call(ctx, "process/read", params); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
+
+// idle starts idleN sleeping children and returns RSS KiB per child,
+// the server's thread count, and the time to terminate them all.
+func (b *bencher) idle(ctx context.Context) (float64, float64, time.Duration, error) {
+	rss0, _ := procStatus(b.o.pid)
+	ids := make([]string, b.o.idleN)
+	procs := make([]*benchProc, b.o.idleN)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	sem := make(chan struct{}, 32)
+	for i := range ids {
+		ids[i] = b.id("f")
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			p, err := b.c.start(ctx, ids[i], []string{"sleep", "1000"}, false)
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			procs[i] = p
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, 0, 0, err
+	}
+	rss1, threads := procStatus(b.o.pid)
+	start := time.Now()
+	for i := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := b.c.call(ctx, "process/terminate", map[string]any{"processId": ids[i]}); err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, p := range procs {
+		if err := waitClosed(ctx, p); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	kill := time.Since(start)
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, 0, 0, err
+	}
+	return float64(rss1-rss0) / float64(b.o.idleN), float64(threads), kill, nil
+}
+
+// procCPU returns the user+system CPU seconds of pid (0 if unknown).
+func procCPU(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(fields[11], 64)
+	st, _ := strconv.ParseFloat(fields[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// procStatus returns VmRSS in KiB and the thread count of pid.
+func procStatus(pid int) (int64, int64) {
+	if pid <= 0 {
+		return 0, 0
+	}
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	var rss, threads int64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			rss, _ = strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			threads, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return rss, threads
+}
+
+type spawnedServer struct {
+	cmd   *exec.Cmd
+	url   string
+	stdio wire.Transport
+}
+
+func spawnServer(ctx context.Context, command string, stdio bool, stderr io.Writer) (*spawnedServer, error) {
+	cmd := exec.Command("/bin/sh", "-c", "exec "+command)
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &spawnedServer{cmd: cmd}
+	if stdio {
+		s.stdio = wire.NewStdioTransport(out, in, 256<<20)
+		return s, nil
+	}
+	lines := bufio.NewReader(out)
+	deadline := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() })
+	defer deadline.Stop()
+	for {
+		line, err := lines.ReadString('\n')
+		if i := strings.Index(line, "ws://"); i >= 0 {
+			s.url = strings.Fields(line[i:])[0]
+			go func() { _, _ = io.Copy(io.Discard, lines) }()
+			return s, nil
+		}
+		if err != nil {
+			s.stop()
+			return nil, fmt.Errorf("server printed no ws:// URL: %v", err)
+		}
+	}
+}
+
+func (s *spawnedServer) stop() {
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}

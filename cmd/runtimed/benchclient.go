@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/runtimed/runtimed/wire"
+)
+
+// benchClient is the benchmark's own protocol client. It is deliberately
+// small and fast: notifications are scanned for the few fields the
+// benchmark needs and chunks are base64-decoded into a reused buffer,
+// so that the client is never what limits a measurement.
+//
+// Ownership: the reader goroutine owns decodeBuf and every benchProc's
+// counters; pending and procs are maps guarded by mu (map operations only,
+// never I/O). Requests go to the writer goroutine through out.
+type benchClient struct {
+	t   wire.Transport
+	out chan []byte
+
+	mu      sync.Mutex
+	nextID  int64
+	pending map[int64]chan benchReply
+	procs   map[string]*benchProc
+
+	decodeBuf []byte
+	done      chan struct{}
+	err       error // set before done is closed
+}
+
+type benchReply struct {
+	result json.RawMessage
+	err    error
+}
+
+// benchProc counts one process's output; closed is closed by the reader
+// when process/closed arrives, after which bytes and exitCode are final.
+type benchProc struct {
+	bytes    int64
+	chunks   int64
+	exitCode int
+	closed   chan struct{}
+}
+
+func newBenchClient(ctx context.Context, t wire.Transport) (*benchClient, error) {
+	c := &benchClient{t: t, out: make(chan []byte, 1024), pending: map[int64]chan benchReply{}, procs: map[string]*benchProc{}, done: make(chan struct{})}
+	go c.readLoop()
+	go c.writeLoop()
+	if _, err := c.call(ctx, "initialize", map[string]any{"clientName": "runtimed-bench"}); err != nil {
+		c.close()
+		return nil, fmt.Errorf("initialize: %w", err)
+	}
+	c.out <- []byte(`{"method":"initialized","params":{}}`)
+	return c, nil
+}
+
+func (c *benchClient) close() {
+	c.t.Close()
+	<-c.done
+}
+
+func (c *benchClient) writeLoop() {
+	for {
+		select {
+		case b := <-c.out:
+			if err := c.t.WriteMessage(context.Background(), b); err != nil {
+				c.t.Close()
+				return
+			}
+			if len(c.out) == 0 {
+				if err := c.t.Flush(); err != nil {
+					c.t.Close()
+					return
+				}
+			}
+		case <-c.done:
+			return
+		}
+	}
+}
+
+var (
+	keyMethod    = []byte(`"method":"`)
+	keyProcessID = []byte(`"processId":"`)
+	keyChunk     = []byte(`"chunk":"`)
+	keyExitCode  = []byte(`"exitCode":`)
+	keyID        = []byte(`"id":`)
+)
+
+func (c *benchClient) readLoop() {
+	defer close(c.done)
+	for {
+		msg, err := c.t.ReadMessage(context.Background())
+		if err != nil {
+			c.err = err
+			c.mu.Lock()
+			for id, ch := range c.pending {
+				ch <- benchReply{err: err}
+				delete(c.pending, id)
+			}
+			c.mu.Unlock()
+			return
+		}
+		if m := fieldString(msg, keyMethod); m != nil {
+			c.notification(m, msg)
+			continue
+		}
+		c.response(msg)
+	}
+}
+
+// fieldString returns the raw (unescaped-as-is) string value after key.
+func fieldString(msg, key []byte) []byte {
+	i := bytes.Index(msg, key)
+	if i < 0 {
+		return nil
+	}
+	rest := msg[i+len(key):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return nil
+	}
+	return rest[:j]
+}
+
+func (c *benchClient) notification(method, msg []byte) {
+	switch string(method) {
+	case "process/output":
+		p := c.proc(fieldString(msg, keyProcessID))
+		chunk := fieldString(msg, keyChunk)
+		if p == nil || chunk == nil {
+			return
+		}
+		if n := base64.StdEncoding.DecodedLen(len(chunk)); cap(c.decodeBuf) < n {
+			c.decodeBuf = make([]byte, n)
+		}
+		n, err := base64.StdEncoding.Decode(c.decodeBuf[:cap(c.decodeBuf)], chunk)
+		if err == nil {
+			p.bytes += int64(n)
+			p.chunks++
+		}
+	case "process/exited":
+		if p := c.proc(fieldString(msg, keyProcessID)); p != nil {
+			if i := bytes.Index(msg, keyExitCode); i >= 0 {
+				rest := msg[i+len(keyExitCode):]
+				end := bytes.IndexAny(rest, ",}")
+				if end > 0 {
+					p.exitCode, _ = strconv.Atoi(string(bytes.TrimSpace(rest[:end])))
+				}
+			}
+		}
+	case "process/closed":
+		id := fieldString(msg, keyProcessID)
+		c.mu.Lock()
+		p := c.procs[string(id)]
+		delete(c.procs, string(id))
+		c.mu.Unlock()
+		if p != nil {
+			close(p.closed)
+		}
+	}
+}
+
+func (c *benchClient) proc(id []byte) *benchProc {
+	c.mu.Lock()
+	p := c.procs[string(id)]
+	c.mu.Unlock()
+	return p
+}
+
+func (c *benchClient) response(msg []byte) {
+	var env struct {
+		ID     int64           `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  *wire.Error     `json:"error"`
+	}
+	if bytes.Index(msg, keyID) < 0 || json.Unmarshal(msg, &env) != nil {
+		return
+	}
+	c.mu.Lock()
+	ch := c.pending[env.ID]
+	delete(c.pending, env.ID)
+	c.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	if env.Error != nil {
+		ch <- benchReply{err: fmt.Errorf("rpc error %d: %s", env.Error.Code, env.Error.Message)}
+		return
+	}
+	ch <- benchReply{result: env.Result}
+}
+
+func (c *benchClient) call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	ch := make(chan benchReply, 1)
+	c.mu.Lock()
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = ch
+	c.mu.Unlock()
+	b, err := wire.AppendRequest(nil, wire.IntID(id), method, params)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case c.out <- b:
+	case <-c.done:
+		return nil, c.doneErr()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-ch:
+		return r.result, r.err
+	case <-c.done:
+		return nil, c.doneErr()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *benchClient) doneErr() error {
+	if c.err != nil {
+		return c.err
+	}
+	return errors.New("connection closed")
+}
+
+// start registers a process and starts it; wait on the returned proc's closed.
+func (c *benchClient) start(ctx context.Context, id string, argv []string, tty bool) (*benchProc, error) {
+	p := &benchProc{closed: make(chan struct{})}
+	c.mu.Lock()
+	c.procs[id] = p
+	c.mu.Unlock()
+	_, err := c.call(ctx, "process/start", map[string]any{
+		"processId": id, "argv": argv, "cwd": "/", "tty": tty,
+		"env": map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"},
+	})
+	if err != nil {
+		c.mu.Lock()
+		delete(c.procs, id)
+		c.mu.Unlock()
+		return nil, err
+	}
+	return p, nil
+}
