@@ -1,9 +1,6 @@
 package wire
 
-import (
-	"encoding/base64"
-	"strconv"
-)
+import "strconv"
 
 // AppendOutputNotification appends a process/output notification to dst
 // without reflection or intermediate copies: the chunk is base64-encoded
@@ -16,7 +13,7 @@ func AppendOutputNotification(dst []byte, processID string, seq uint64, stream s
 	dst = append(dst, `,"stream":"`...)
 	dst = append(dst, stream...)
 	dst = append(dst, `","chunk":"`...)
-	dst = base64.StdEncoding.AppendEncode(dst, chunk)
+	dst = AppendBase64(dst, chunk)
 	return append(dst, `"}}`...)
 }
 

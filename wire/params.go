@@ -193,7 +193,7 @@ type Base64 []byte
 func (b Base64) MarshalJSON() ([]byte, error) {
 	out := make([]byte, 0, base64.StdEncoding.EncodedLen(len(b))+2)
 	out = append(out, '"')
-	out = base64.StdEncoding.AppendEncode(out, b)
+	out = AppendBase64(out, b)
 	return append(out, '"'), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 
 	"github.com/coder/websocket"
@@ -12,7 +13,8 @@ import (
 // WebsocketTransport carries one JSON message per websocket message. It
 // accepts text and binary frames and always sends text frames.
 type WebsocketTransport struct {
-	c *websocket.Conn
+	c   *websocket.Conn
+	buf []byte // owned by the ReadMessage caller; reused between messages
 }
 
 // NewWebsocketTransport wraps an accepted or dialed connection and sets its
@@ -37,16 +39,37 @@ func DialWebsocket(ctx context.Context, url string, header http.Header, maxMessa
 	return NewWebsocketTransport(c, maxMessage), nil
 }
 
-// ReadMessage returns the next message of either frame type.
+// ReadMessage returns the next message of either frame type. The slice
+// is reused by the next call.
 func (t *WebsocketTransport) ReadMessage(ctx context.Context) ([]byte, error) {
-	_, data, err := t.c.Read(ctx)
-	if err != nil {
-		if websocket.CloseStatus(err) == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig) {
-			return nil, fmt.Errorf("websocket: %w", ErrMessageTooBig)
+	_, r, err := t.c.Reader(ctx)
+	if err == nil {
+		t.buf = t.buf[:0]
+		for {
+			if len(t.buf) == cap(t.buf) {
+				t.buf = append(t.buf, 0)[:len(t.buf)]
+			}
+			var n int
+			n, err = r.Read(t.buf[len(t.buf):cap(t.buf)])
+			t.buf = t.buf[:len(t.buf)+n]
+			if err == io.EOF {
+				if cap(t.buf) > 8<<20 && len(t.buf) < cap(t.buf)/4 {
+					// Do not keep a huge buffer for small messages.
+					data := t.buf
+					t.buf = nil
+					return data, nil
+				}
+				return t.buf, nil
+			}
+			if err != nil {
+				break
+			}
 		}
-		return nil, err
 	}
-	return data, nil
+	if websocket.CloseStatus(err) == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig) {
+		return nil, fmt.Errorf("websocket: %w", ErrMessageTooBig)
+	}
+	return nil, err
 }
 
 // WriteMessage sends msg as one text frame.
