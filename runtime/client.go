@@ -271,6 +271,10 @@ type inboundMsg struct {
 	gen int
 	msg wire.Message
 }
+type outputMsg struct {
+	gen int
+	n   wire.OutputNotification
+}
 type transportLostMsg struct {
 	gen int
 	err error
@@ -295,6 +299,7 @@ type catchUpMsg struct {
 func (callMsg) isClientMsg()            {}
 func (cancelCallMsg) isClientMsg()      {}
 func (inboundMsg) isClientMsg()         {}
+func (outputMsg) isClientMsg()          {}
 func (transportLostMsg) isClientMsg()   {}
 func (reconnectedMsg) isClientMsg()     {}
 func (reconnectFailedMsg) isClientMsg() {}
@@ -371,6 +376,13 @@ func (c *Client) readLoop(t wire.Transport, gen int) {
 			c.toActor(transportLostMsg{gen: gen, err: err})
 			return
 		}
+		if n, ok := wire.ParseOutputNotification(data); ok {
+			// The hot path: no encoding/json for output chunks.
+			if !c.toActor(outputMsg{gen: gen, n: n}) {
+				return
+			}
+			continue
+		}
 		msg, perr := wire.Decode(data)
 		if perr != nil {
 			c.log.Warn("undecodable message from server", zap.String("error", perr.Message))
@@ -428,6 +440,10 @@ func (st *clientState) run() {
 		case inboundMsg:
 			if m.gen == st.gen {
 				st.inbound(m.msg)
+			}
+		case outputMsg:
+			if m.gen == st.gen {
+				st.output(m.n)
 			}
 		case transportLostMsg:
 			if m.gen != st.gen || st.latched || st.reconnecting {
@@ -539,11 +555,8 @@ func (st *clientState) notification(msg wire.Message) {
 	switch msg.Method {
 	case wire.NotifyProcessOutput:
 		var n wire.OutputNotification
-		if json.Unmarshal(msg.Params, &n) != nil {
-			return
-		}
-		if rp := st.procs[n.ProcessID]; rp != nil {
-			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventOutput, Seq: n.Seq, Stream: streamOf(n.Stream), Data: n.Chunk})
+		if json.Unmarshal(msg.Params, &n) == nil {
+			st.output(n)
 		}
 	case wire.NotifyProcessExited:
 		var n wire.ExitedNotification
@@ -561,6 +574,12 @@ func (st *clientState) notification(msg wire.Message) {
 		if rp := st.procs[n.ProcessID]; rp != nil {
 			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventClosed, Seq: n.Seq})
 		}
+	}
+}
+
+func (st *clientState) output(n wire.OutputNotification) {
+	if rp := st.procs[n.ProcessID]; rp != nil {
+		st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventOutput, Seq: n.Seq, Stream: streamOf(n.Stream), Data: n.Chunk})
 	}
 }
 

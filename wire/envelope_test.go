@@ -181,3 +181,31 @@ func TestAsError(t *testing.T) {
 		t.Errorf("AsError(wrapped) = %+v", wrapped)
 	}
 }
+
+func TestParseOutputNotification(t *testing.T) {
+	data := []byte{0, 1, 2, 250, 255, '"', '\\'}
+	cases := [][]byte{
+		AppendOutputNotification(nil, `p"1\`, 9, StreamStderr, data),
+		[]byte(`{"jsonrpc":"2.0","method":"process/output","params":{"chunk":"AAEC+v8iXA==","stream":"stderr","extra":{"a":[1,"}"]},"seq":9,"processId":"p\"1\\"}}`),
+		[]byte(`{ "params" : { "processId" : "p\"1\\" , "seq" : 9 , "stream" : "stderr" , "chunk" : "AAEC+v8iXA==" } , "method" : "process/output" }`),
+	}
+	for _, msg := range cases {
+		n, ok := ParseOutputNotification(msg)
+		if !ok || n.ProcessID != `p"1\` || n.Seq != 9 || n.Stream != "stderr" || string(n.Chunk) != string(data) {
+			t.Errorf("ParseOutputNotification(%s) = %+v, %v", msg, n, ok)
+		}
+	}
+	for _, msg := range []string{
+		`{"method":"process/exited","params":{"processId":"p","seq":1,"exitCode":0}}`,
+		`{"method":"process/output","params":{"processId":"p","seq":1,"stream":"stdout"}}`,
+		`{"method":"process/output","params":{"processId":"p","seq":-1,"stream":"stdout","chunk":""}}`,
+		`{"method":"process/output","params":{"processId":"p","seq":1,"stream":"stdout","chunk":"!!"}}`,
+		`{"method":"process/output","params":{"processId":"p","seq":1,"stream":"stdout","chunk":"aGk\u003d"}}`,
+		`{"method":"process/output","params":[1,2]}`,
+		`{"method":"process/output"`,
+	} {
+		if n, ok := ParseOutputNotification([]byte(msg)); ok {
+			t.Errorf("ParseOutputNotification(%s) accepted: %+v", msg, n)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -140,19 +141,26 @@ func skipSpace(b []byte, i int) int {
 }
 
 // skipString returns the index just past the string starting at b[i] == '"'.
+// It jumps between quotes with bytes.IndexByte (a base64 chunk can be
+// hundreds of kilobytes) and skips quotes escaped by an odd run of backslashes.
 func skipString(b []byte, i int) int {
 	i++
 	for i < len(b) {
-		switch b[i] {
-		case '\\':
-			i += 2
-		case '"':
-			return i + 1
-		default:
-			i++
+		j := bytes.IndexByte(b[i:], '"')
+		if j < 0 {
+			return len(b)
 		}
+		k := i + j
+		bs := 0
+		for m := k - 1; m >= i && b[m] == '\\'; m-- {
+			bs++
+		}
+		if bs%2 == 0 {
+			return k + 1
+		}
+		i = k + 1
 	}
-	return i
+	return len(b)
 }
 
 // skipValue returns the index just past the value starting at b[i].

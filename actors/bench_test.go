@@ -1,0 +1,58 @@
+package actors
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// BenchmarkRingAppend measures appending 4 KiB chunks to a full ring
+// (every append evicts).
+func BenchmarkRingAppend(b *testing.B) {
+	r := NewRing(1<<20, 50_000)
+	data := make([]byte, 4<<10)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	seq := uint64(0)
+	for b.Loop() {
+		seq++
+		r.Append(OutputChunk{Seq: seq, Stream: Stdout, Data: data})
+	}
+}
+
+// BenchmarkRingAfter measures a read of the last 64 chunks of a full ring.
+func BenchmarkRingAfter(b *testing.B) {
+	r := NewRing(1<<20, 50_000)
+	for s := uint64(1); s <= 10_000; s++ {
+		r.Append(OutputChunk{Seq: s, Stream: Stdout, Data: make([]byte, 100)})
+	}
+	dst := make([]OutputChunk, 0, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = r.After(dst[:0], 10_000-64, 0)
+	}
+}
+
+// BenchmarkActorRoundTrip measures one request/reply through a process
+// actor's mailbox (an Info request), the cost under every RPC.
+func BenchmarkActorRoundTrip(b *testing.B) {
+	sup := NewSupervisor(Config{
+		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL: time.Second,
+		Logger:    zap.NewNop(),
+	})
+	defer func() { sup.Kill(); _ = sup.Wait(context.Background()) }()
+	ref, err := sup.Spawn("p", Spec{Argv: []string{"sleep", "1000"}, Dir: "/"}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ref.Read(ctx, 0, 0, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
