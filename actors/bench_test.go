@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -54,5 +55,38 @@ func BenchmarkActorRoundTrip(b *testing.B) {
 		if _, err := ref.Read(ctx, 0, 0, 0); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkSpawnToClosed measures spawning /bin/true through to its closed
+// event in-process: the part of figure (a) that is not the protocol.
+func BenchmarkSpawnToClosed(b *testing.B) {
+	sup := NewSupervisor(Config{
+		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL: time.Second,
+		Logger:    zap.NewNop(),
+	})
+	defer func() { sup.Kill(); _ = sup.Wait(context.Background()) }()
+	env := BuildEnv(ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
+	i := 0
+	for b.Loop() {
+		i++
+		ref, err := sup.Spawn("p"+string(rune('a'+i%26))+time.Now().String(), Spec{Argv: []string{"/bin/true"}, Dir: "/", Env: env}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-ref.Closed()
+		_ = ref.Discard(context.Background())
+	}
+}
+
+// BenchmarkForkExecTrue is the floor: os.StartProcess + Wait of /bin/true.
+func BenchmarkForkExecTrue(b *testing.B) {
+	for b.Loop() {
+		p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = p.Wait()
 	}
 }

@@ -45,6 +45,7 @@ type benchOpts struct {
 	rpcN        int
 	idleN       int
 	only        string
+	rpcMethod   string
 	pid         int
 }
 
@@ -56,6 +57,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	spawn := fs.String("spawn", "", "command that starts a server (its URL is read from its stdout)")
 	stdio := fs.Bool("stdio", false, "with --spawn: speak the protocol over the command's stdin/stdout")
 	jsonOut := fs.Bool("json", false, "print results as JSON")
+	noDecode := fs.Bool("no-decode", false, "count output bytes without base64-decoding them (measures the server when this client's CPU is the limit; results are labelled)")
 	var o benchOpts
 	fs.IntVar(&o.runs, "runs", 3, "repetitions of each figure")
 	fs.Int64Var(&o.streamBytes, "stream-bytes", 256<<20, "bytes streamed in figure b")
@@ -64,6 +66,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.rpcN, "rpc-n", 2000, "round trips per run in figure d")
 	fs.IntVar(&o.idleN, "idle-n", 1000, "idle children in figure f")
 	fs.StringVar(&o.only, "only", "abcdef", "figures to run")
+	fs.StringVar(&o.rpcMethod, "rpc-method", "process/read", "the request timed in figure d (process/read, or environment/status to leave out the process actor)")
 	fs.IntVar(&o.pid, "pid", 0, "the server's pid, for CPU, RSS and thread figures (known with --spawn)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the benchmark client to this file")
 	if err := fs.Parse(args); err != nil {
@@ -115,7 +118,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "runtimed bench:", err)
 		return 1
 	}
-	c, err := newBenchClient(ctx, t)
+	c, err := newBenchClient(ctx, t, *noDecode)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed bench:", err)
 		return 1
@@ -127,6 +130,13 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed bench:", err)
 		return 1
+	}
+	if *noDecode {
+		for i := range results {
+			if results[i].Unit == "MB/s" {
+				results[i].Name += " (not decoded)"
+			}
+		}
 	}
 	if *jsonOut {
 		enc := json.NewEncoder(stdout)
@@ -315,7 +325,6 @@ func (b *bencher) stream(ctx context.Context, n int64, tty bool) (float64, float
 		return 0, 0, fmt.Errorf("received %d of %d bytes", p.bytes, n)
 	}
 	cpu := procCPU(b.o.pid) - cpu0
-	fmt.Fprintf(b.log, "bench: %d bytes in %d notifications (%.0f bytes each) in %v\n", p.bytes, p.chunks, float64(p.bytes)/float64(max(p.chunks, 1)), el.Round(time.Millisecond))
 	return float64(p.bytes) / 1e6 / el.Seconds(), cpu / (float64(p.bytes) / 1e9), nil
 }
 
@@ -355,11 +364,14 @@ func (b *bencher) rpc(ctx context.Context) ([]time.Duration, error) {
 	if err := waitClosed(ctx, p); err != nil {
 		return nil, err
 	}
-	params := map[string]any{"processId": id, "afterSeq": 0, "waitMs": 0}
+	var params any = map[string]any{"processId": id, "afterSeq": 0, "waitMs": 0}
+	if b.o.rpcMethod != "process/read" {
+		params = map[string]any{}
+	}
 	out := make([]time.Duration, 0, b.o.rpcN)
 	for i := 0; i < b.o.rpcN; i++ {
 		start := time.Now()
-		if _, err := b.c.call(ctx, "process/read", params); err != nil {
+		if _, err := b.c.call(ctx, b.o.rpcMethod, params); err != nil {
 			return nil, err
 		}
 		out = append(out, time.Since(start))

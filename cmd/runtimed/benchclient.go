@@ -31,6 +31,7 @@ type benchClient struct {
 	procs   map[string]*benchProc
 
 	decodeBuf []byte
+	noDecode  bool // count chunk sizes without decoding (to measure a server when this client is the limit)
 	done      chan struct{}
 	err       error // set before done is closed
 }
@@ -49,8 +50,8 @@ type benchProc struct {
 	closed   chan struct{}
 }
 
-func newBenchClient(ctx context.Context, t wire.Transport) (*benchClient, error) {
-	c := &benchClient{t: t, out: make(chan []byte, 1024), pending: map[int64]chan benchReply{}, procs: map[string]*benchProc{}, done: make(chan struct{})}
+func newBenchClient(ctx context.Context, t wire.Transport, noDecode bool) (*benchClient, error) {
+	c := &benchClient{t: t, noDecode: noDecode, out: make(chan []byte, 1024), pending: map[int64]chan benchReply{}, procs: map[string]*benchProc{}, done: make(chan struct{})}
 	go c.readLoop()
 	go c.writeLoop()
 	if _, err := c.call(ctx, "initialize", map[string]any{"clientName": "runtimed-bench"}); err != nil {
@@ -136,6 +137,11 @@ func (c *benchClient) notification(method, msg []byte) {
 		p := c.proc(fieldString(msg, keyProcessID))
 		chunk := fieldString(msg, keyChunk)
 		if p == nil || chunk == nil {
+			return
+		}
+		if c.noDecode {
+			p.bytes += int64(base64.StdEncoding.DecodedLen(len(chunk)) - bytes.Count(chunk[max(0, len(chunk)-2):], []byte("=")))
+			p.chunks++
 			return
 		}
 		if n := base64.StdEncoding.DecodedLen(len(chunk)); cap(c.decodeBuf) < n {
