@@ -86,10 +86,11 @@ const (
 
 // conn is the connection actor.
 //
-// Immutable: sup, t, opts, log, ctx, fail, events, responses, inflight.
-// Owned by the reader (ServeConn's goroutine): hs, session.
-// The writer goroutine owns buf. Waiter goroutines own nothing; they only
-// send responses.
+// Immutable: sup, t, opts, log, ctx, fail, events, responses, inflight, wtok.
+// Owned by the reader (ServeConn's goroutine): hs, session, apps, files.
+// The transport's write side is owned by whoever holds wtok's token: the
+// writer goroutine while it drains the queues, or a goroutine answering a
+// request when the token is free (it never waits for it).
 type conn struct {
 	sup  *Supervisor
 	t    wire.Transport
@@ -102,7 +103,11 @@ type conn struct {
 	events    chan Event
 	responses chan []byte
 	inflight  chan struct{}
-	wg        sync.WaitGroup
+	// wtok is the write side of the transport: whoever holds its one token
+	// may write (the writer goroutine for queued work; the reader or a
+	// waiter for a response when nobody holds it, without ever waiting).
+	wtok chan struct{}
+	wg   sync.WaitGroup
 
 	hs      handshake
 	session *SessionTable
@@ -128,8 +133,10 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		events:    make(chan Event, connEventsCap),
 		responses: make(chan []byte, connResponsesCap),
 		inflight:  make(chan struct{}, connInflightCap),
+		wtok:      make(chan struct{}, 1),
 		apps:      make(map[string]*appProc),
 	}
+	c.wtok <- struct{}{}
 	c.wg.Go(c.writeLoop)
 	// Closing the transport is what unblocks a pending read when the
 	// context ends from outside (shutdown); the writer closes it itself when
@@ -225,6 +232,23 @@ func (c *conn) reply(id wire.ID, result any, rerr *wire.Error) {
 		if err != nil {
 			b = wire.AppendError(nil, id, wire.AsError(err))
 		}
+	}
+	// Fast path: if nobody holds the write side, write the response here
+	// instead of waking the writer goroutine (a hop that costs a thread
+	// wake-up per request). Never waits for the token.
+	select {
+	case <-c.wtok:
+		err := c.t.WriteMessage(c.ctx, b)
+		if err == nil {
+			err = c.t.Flush()
+		}
+		c.wtok <- struct{}{}
+		if err != nil {
+			c.latch(ReasonTransportLost, err)
+			c.t.Close()
+		}
+		return
+	default:
 	}
 	select {
 	case c.responses <- b:
@@ -681,28 +705,21 @@ func (c *conn) list(msg wire.Message) {
 // each, straight into a reused buffer) and flushes when both queues are empty.
 func (c *conn) writeLoop() {
 	var buf []byte
-	write := func(b []byte) bool {
-		if err := c.t.WriteMessage(c.ctx, b); err != nil {
-			c.latch(ReasonTransportLost, err)
-			c.t.Close()
-			return false
-		}
-		return true
-	}
 	for {
+		var first func() bool
 		select {
 		case ev := <-c.events:
-			buf = encodeEvent(buf[:0], ev)
-			if !write(buf) {
-				return
-			}
+			first = func() bool { buf = encodeEvent(buf[:0], ev); return c.writeOwned(buf) }
 		case b := <-c.responses:
-			if !write(b) {
-				return
-			}
+			first = func() bool { return c.writeOwned(b) }
 		case <-c.ctx.Done():
 			// Give already queued responses a last chance (stdio EOF leaves
 			// stdout usable), without waiting for anything new.
+			select {
+			case <-c.wtok:
+			case <-time.After(time.Second):
+				return
+			}
 			for {
 				select {
 				case b := <-c.responses:
@@ -715,14 +732,46 @@ func (c *conn) writeLoop() {
 				}
 			}
 		}
-		if len(c.events) == 0 && len(c.responses) == 0 {
+		// Own the write side for this burst: everything queued, then flush.
+		select {
+		case <-c.wtok:
+		case <-c.ctx.Done():
+			return
+		}
+		ok := first()
+		for ok {
+			select {
+			case ev := <-c.events:
+				buf = encodeEvent(buf[:0], ev)
+				ok = c.writeOwned(buf)
+				continue
+			case b := <-c.responses:
+				ok = c.writeOwned(b)
+				continue
+			default:
+			}
 			if err := c.t.Flush(); err != nil {
 				c.latch(ReasonTransportLost, err)
 				c.t.Close()
-				return
+				ok = false
 			}
+			break
+		}
+		c.wtok <- struct{}{}
+		if !ok {
+			return
 		}
 	}
+}
+
+// writeOwned writes one message; the caller holds the write token.
+func (c *conn) writeOwned(b []byte) bool {
+	if err := c.t.WriteMessage(c.ctx, b); err != nil {
+		c.latch(ReasonTransportLost, err)
+		c.t.Close()
+		return false
+	}
+	return true
 }
 
 func encodeEvent(dst []byte, ev Event) []byte {

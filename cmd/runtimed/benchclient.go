@@ -22,8 +22,9 @@ import (
 // counters; pending and procs are maps guarded by mu (map operations only,
 // never I/O). Requests go to the writer goroutine through out.
 type benchClient struct {
-	t   wire.Transport
-	out chan []byte
+	t    wire.Transport
+	out  chan []byte
+	wtok chan struct{} // the write side: a caller holding the token writes directly
 
 	mu      sync.Mutex
 	nextID  int64
@@ -51,14 +52,25 @@ type benchProc struct {
 }
 
 func newBenchClient(ctx context.Context, t wire.Transport, noDecode bool) (*benchClient, error) {
-	c := &benchClient{t: t, noDecode: noDecode, out: make(chan []byte, 1024), pending: map[int64]chan benchReply{}, procs: map[string]*benchProc{}, done: make(chan struct{})}
+	c := &benchClient{t: t, noDecode: noDecode, out: make(chan []byte, 1024), wtok: make(chan struct{}, 1), pending: map[int64]chan benchReply{}, procs: map[string]*benchProc{}, done: make(chan struct{})}
+	c.wtok <- struct{}{}
 	go c.readLoop()
 	go c.writeLoop()
 	if _, err := c.call(ctx, "initialize", map[string]any{"clientName": "runtimed-bench"}); err != nil {
 		c.close()
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
-	c.out <- []byte(`{"method":"initialized","params":{}}`)
+	// Written under the token, so no later request can overtake it.
+	<-c.wtok
+	err := c.t.WriteMessage(ctx, []byte(`{"method":"initialized","params":{}}`))
+	if err == nil {
+		err = c.t.Flush()
+	}
+	c.wtok <- struct{}{}
+	if err != nil {
+		c.close()
+		return nil, fmt.Errorf("initialized: %w", err)
+	}
 	return c, nil
 }
 
@@ -71,15 +83,15 @@ func (c *benchClient) writeLoop() {
 	for {
 		select {
 		case b := <-c.out:
-			if err := c.t.WriteMessage(context.Background(), b); err != nil {
+			<-c.wtok
+			err := c.t.WriteMessage(context.Background(), b)
+			if err == nil && len(c.out) == 0 {
+				err = c.t.Flush()
+			}
+			c.wtok <- struct{}{}
+			if err != nil {
 				c.t.Close()
 				return
-			}
-			if len(c.out) == 0 {
-				if err := c.t.Flush(); err != nil {
-					c.t.Close()
-					return
-				}
 			}
 		case <-c.done:
 			return
@@ -216,11 +228,24 @@ func (c *benchClient) call(ctx context.Context, method string, params any) (json
 		return nil, err
 	}
 	select {
-	case c.out <- b:
-	case <-c.done:
-		return nil, c.doneErr()
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	case <-c.wtok: // nobody is writing: write here, saving a goroutine hop
+		err := c.t.WriteMessage(ctx, b)
+		if err == nil {
+			err = c.t.Flush()
+		}
+		c.wtok <- struct{}{}
+		if err != nil {
+			c.t.Close()
+			return nil, err
+		}
+	default:
+		select {
+		case c.out <- b:
+		case <-c.done:
+			return nil, c.doneErr()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	select {
 	case r := <-ch:
