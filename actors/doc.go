@@ -17,10 +17,16 @@
 // buffer, exit state, pending long polls, writeId memory and subscriber
 // cursor. Helper goroutines only report facts: one reader per output stream
 // (outputReadMsg, streamEndedMsg), one waiter (exit code on exitCh), one
-// stdin writer (writes and closes stdin in order). A connection actor
-// (ServeConn's goroutine) owns the handshake state and the session's
-// routing table; its writer goroutine owns the transport's write side and
-// encodes events. The registry owns which sessions are attached and the
+// stdin writer (writes and closes stdin in order). Readers wait in the
+// runtime poller and the waiter reaps through a pidfd, so an idle child
+// costs no thread. A connection actor (ServeConn's goroutine) owns the
+// handshake state, the session's routing table, the app-server handles and
+// the fs/open handles. The transport's write side belongs to whoever holds
+// the connection's one-slot write token: its writer goroutine while it
+// drains the queues (and encodes events), or a goroutine answering a
+// request when the token is free; nobody ever waits for the token but the
+// writer. Each app-server process has an adapter goroutine owning the
+// dialect's caps and buffers. The registry owns which sessions are attached and the
 // detached ones with their deadlines. A [SessionTable] has exactly one owner
 // at a time, moved by registry messages.
 //
