@@ -53,6 +53,10 @@
 // Expiry and discard terminate the session's processes (SIGKILL to each
 // process group) and let their actors exit once closed.
 //
+// Stop and Kill end every process, but an attached subscriber must keep
+// draining Out or close Done (a connection always does: its context ends
+// first), because stream ends are delivered in order behind the output.
+//
 // A process actor is never restarted: its OS process cannot be rebuilt. Its
 // lifecycle is monotonic: running, exited, closed; closed comes only after
 // the exit and the end of every output stream and takes the highest seq.

@@ -545,6 +545,7 @@ func (p *process) run(stop, kill <-chan struct{}) {
 		}
 		if p.closed && !p.expireAt.IsZero() && !time.Now().Before(p.expireAt) {
 			p.log.Debug("closed process retention ended")
+			p.killPending()
 			return
 		}
 		p.rearm()
@@ -607,6 +608,7 @@ func (p *process) run(stop, kill <-chan struct{}) {
 			p.stopping = true
 			p.terminating = true
 			_ = p.sess.Signal(syscall.SIGKILL)
+			p.killAt = time.Time{} // done now: nothing waits for a grace any more
 			p.forceDrain()
 		}
 	}
@@ -729,6 +731,7 @@ func (p *process) handle(m procMsg) {
 		m.reply <- Subscription{History: p.historyAfter(m.after), Live: live}
 	case discardMsg:
 		p.discard = true
+		p.killPending()
 		if !p.reaped() {
 			p.startTerminate(0)
 		} else if !p.closed {
@@ -810,6 +813,15 @@ func (p *process) handleFact(f fact) {
 // isExpectedEnd: EIO is how a PTY master reports that the slave side is gone.
 func isExpectedEnd(err error) bool {
 	return errors.Is(err, syscall.EIO) || errors.Is(err, os.ErrClosed)
+}
+
+// killPending carries out a pending group kill at once (a terminate's grace
+// that nobody will wait for: discard, kill, end of retention).
+func (p *process) killPending() {
+	if !p.killAt.IsZero() {
+		p.killAt = time.Time{}
+		_ = p.sess.Signal(syscall.SIGKILL)
+	}
 }
 
 // reaped reports whether the child has exited (published or held).
