@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -103,7 +102,8 @@ func connectWS(t *testing.T, serverArgs ...string) *wiretest.Client {
 
 func connectStdio(t *testing.T, serverArgs ...string) *wiretest.Client {
 	t.Helper()
-	c := wiretest.StartStdio(t, bin, serverArgs...)
+	// Debug logging maximises the chance that a stray log line on stdout shows up as garbage.
+	c := wiretest.StartStdio(t, bin, append([]string{"--log-level", "debug"}, serverArgs...)...)
 	t.Cleanup(func() { checkNoGarbage(t, c) })
 	return c
 }
@@ -366,5 +366,3 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
-
-func tempFile(t *testing.T, name string) string { return filepath.Join(t.TempDir(), name) }

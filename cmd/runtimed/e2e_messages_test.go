@@ -194,5 +194,17 @@ func TestMalformedMessages(t *testing.T) {
 			res, err := call(ctx, c, "environment/status", nil)
 			wantStatusReady(t, "environment/status after "+bad, res, err)
 		}
+
+		// Before the handshake too, and the handshake still works afterwards.
+		c2 := tr.connect(t)
+		if err := c2.SendRaw(ctx, []byte(`{not json`)); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := c2.WaitResponse(ctx, json.RawMessage(`-1`)); err != nil || m.Error == nil || m.Error.Code != -32600 {
+			t.Errorf("malformed message before initialize: %v %v", m, err)
+		}
+		if _, err := c2.Initialize(ctx); err != nil {
+			t.Errorf("initialize after a malformed message: %v", err)
+		}
 	})
 }

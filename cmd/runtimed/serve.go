@@ -144,7 +144,11 @@ func serveWS(ctx context.Context, cfg runtime.Config, listen string, stdout, std
 		fmt.Fprintf(stderr, "runtimed serve: refusing to listen on non-loopback address %s without authentication; set --auth-token-file (or RUNTIMED_AUTH_TOKEN)\n", addr.IP)
 		return 2
 	}
-	l, err := net.ListenTCP("tcp", addr)
+	network := "tcp6"
+	if addr.IP.To4() != nil {
+		network = "tcp4" // 0.0.0.0 means IPv4 only, not every address family
+	}
+	l, err := net.ListenTCP(network, addr)
 	if err != nil {
 		fmt.Fprintf(stderr, "runtimed serve: %v\n", err)
 		return 1

@@ -43,6 +43,8 @@ type Notification struct {
 	Params   json.RawMessage
 	ID       json.RawMessage // set only if the server sent a request (it never should)
 	Received time.Time
+	// ProcessID is params.processId when params is an object with a string processId.
+	ProcessID string
 }
 
 // Client is a raw protocol client. One reader goroutine demultiplexes inbound messages: responses go to
@@ -86,7 +88,7 @@ func (c *Client) readLoop() {
 	defer close(c.readerDone)
 	ctx := context.Background()
 	for {
-		b, err := c.tr.readMsg(ctx)
+		b, binary, err := c.tr.readMsg(ctx)
 		if err != nil {
 			c.mu.Lock()
 			c.readErr = err
@@ -94,6 +96,12 @@ func (c *Client) readLoop() {
 			c.mu.Unlock()
 			close(c.done)
 			return
+		}
+		if binary {
+			// The server must always send text frames.
+			c.mu.Lock()
+			c.garbage = append(c.garbage, append([]byte("[binary frame] "), b...))
+			c.mu.Unlock()
 		}
 		c.dispatch(b)
 	}
@@ -124,7 +132,8 @@ func (c *Client) dispatch(b []byte) {
 		if i > 0 {
 			c.notes = append(c.notes[:0:0], c.notes[i:]...)
 		}
-		c.notes = append(c.notes, Notification{Method: msg.Method, Params: msg.Params, ID: msg.ID, Received: now})
+		c.notes = append(c.notes, Notification{Method: msg.Method, Params: msg.Params, ID: msg.ID, Received: now,
+			ProcessID: processIDOf(msg.Params)})
 		return
 	}
 	key := idKey(msg.ID)
@@ -208,7 +217,8 @@ func (c *Client) waitReader(d time.Duration) {
 	}
 }
 
-// Garbage returns inbound messages that were not valid JSON-RPC envelopes.
+// Garbage returns inbound messages that were not valid JSON-RPC envelopes, and binary websocket frames
+// (prefixed "[binary frame] ").
 func (c *Client) Garbage() [][]byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -269,49 +279,85 @@ func (c *Client) CallID(ctx context.Context, id json.RawMessage, method string, 
 
 // Request sends a request and returns the whole response message.
 func (c *Client) Request(ctx context.Context, id json.RawMessage, method string, params any) (*Message, error) {
+	p, err := c.send(ctx, id, method, params)
+	if err != nil {
+		return nil, err
+	}
+	return p.wait(ctx)
+}
+
+// Pending is a request that has been sent and whose response has not been awaited yet.
+type Pending struct {
+	c      *Client
+	id     json.RawMessage
+	key    string
+	method string
+	ch     chan *Message
+}
+
+// CallAsync sends a request with a fresh integer id and returns without waiting for the response, so
+// a test can pipeline requests; the server sees them in the order of the CallAsync calls.
+func (c *Client) CallAsync(ctx context.Context, method string, params any) (*Pending, error) {
+	return c.send(ctx, c.NewID(), method, params)
+}
+
+// Wait waits for the response of a request sent with CallAsync.
+func (p *Pending) Wait(ctx context.Context) (json.RawMessage, *RPCError, error) {
+	m, err := p.wait(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m.Result, m.Error, nil
+}
+
+func (c *Client) send(ctx context.Context, id json.RawMessage, method string, params any) (*Pending, error) {
 	b, err := encodeEnvelope(id, method, params)
 	if err != nil {
 		return nil, err
 	}
-	key := idKey(id)
-	ch := make(chan *Message, 1)
+	p := &Pending{c: c, id: id, key: idKey(id), method: method, ch: make(chan *Message, 1)}
 	c.mu.Lock()
-	if _, dup := c.pending[key]; dup {
+	if _, dup := c.pending[p.key]; dup {
 		c.mu.Unlock()
 		return nil, fmt.Errorf("wiretest: id %s is already in flight", id)
 	}
-	c.pending[key] = ch
+	c.pending[p.key] = p.ch
 	c.mu.Unlock()
-	abandon := func() {
-		c.mu.Lock()
-		if c.pending[key] == ch {
-			delete(c.pending, key)
-		}
-		c.mu.Unlock()
-	}
 	if err := c.tr.writeMsg(ctx, b); err != nil {
-		abandon()
+		p.abandon()
 		return nil, fmt.Errorf("wiretest: send %s (id %s): %w", method, id, err)
 	}
+	return p, nil
+}
+
+func (p *Pending) abandon() {
+	p.c.mu.Lock()
+	if p.c.pending[p.key] == p.ch {
+		delete(p.c.pending, p.key)
+	}
+	p.c.mu.Unlock()
+}
+
+func (p *Pending) wait(ctx context.Context) (*Message, error) {
 	select {
-	case m := <-ch:
+	case m := <-p.ch:
 		return m, nil
 	case <-ctx.Done():
-		abandon()
+		p.abandon()
 		select {
-		case m := <-ch:
+		case m := <-p.ch:
 			return m, nil
 		default:
 		}
-		return nil, fmt.Errorf("wiretest: no response to %s (id %s): %w", method, id, ctx.Err())
-	case <-c.done:
-		abandon()
+		return nil, fmt.Errorf("wiretest: no response to %s (id %s): %w", p.method, p.id, ctx.Err())
+	case <-p.c.done:
+		p.abandon()
 		select {
-		case m := <-ch:
+		case m := <-p.ch:
 			return m, nil
 		default:
 		}
-		return nil, fmt.Errorf("wiretest: connection ended before the response to %s (id %s): %v", method, id, c.Err())
+		return nil, fmt.Errorf("wiretest: connection ended before the response to %s (id %s): %v", p.method, p.id, p.c.Err())
 	}
 }
 
@@ -376,6 +422,38 @@ func (c *Client) WaitResponse(ctx context.Context, id json.RawMessage) (*Message
 	}
 }
 
+// RecvRaw waits for the next inbound message that nobody else consumes: a response no caller was
+// waiting for, or a message that was not a valid envelope (Garbage). It removes and returns it as
+// received.
+func (c *Client) RecvRaw(ctx context.Context) ([]byte, error) {
+	for {
+		c.mu.Lock()
+		if len(c.unclaimed) > 0 {
+			m := c.unclaimed[0]
+			c.unclaimed = c.unclaimed[1:]
+			c.mu.Unlock()
+			return m.Raw, nil
+		}
+		if len(c.garbage) > 0 {
+			g := c.garbage[0]
+			c.garbage = c.garbage[1:]
+			c.mu.Unlock()
+			return g, nil
+		}
+		wake := c.wake
+		ended := c.readErr != nil
+		c.mu.Unlock()
+		if ended {
+			return nil, fmt.Errorf("wiretest: connection ended: %v", c.Err())
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wiretest: nothing received: %w", ctx.Err())
+		}
+	}
+}
+
 // WaitNotification waits for the first buffered or future notification for which pred is true,
 // removes it from the buffer and returns it. A nil pred matches any notification.
 func (c *Client) WaitNotification(ctx context.Context, pred func(method string, params json.RawMessage) bool) (Notification, error) {
@@ -400,6 +478,25 @@ func (c *Client) WaitNotification(ctx context.Context, pred func(method string, 
 			return Notification{}, fmt.Errorf("wiretest: notification not received: %w", ctx.Err())
 		}
 	}
+}
+
+// takeProcessEvents removes and returns the buffered process notifications of processID.
+func (c *Client) takeProcessEvents(processID string) []Notification {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Notification
+	kept := c.notes[:0:0]
+	for _, n := range c.notes {
+		if n.ProcessID == processID && isProcessEvent(n.Method) {
+			out = append(out, n)
+		} else {
+			kept = append(kept, n)
+		}
+	}
+	if len(out) > 0 {
+		c.notes = kept
+	}
+	return out
 }
 
 // TakeNotifications removes and returns every buffered notification for which pred is true.

@@ -211,6 +211,15 @@ func (l *ProcessLog) Output(streams ...string) []byte {
 	return b
 }
 
+// OutputLen is the total number of output bytes received so far (all streams), without copying.
+func (l *ProcessLog) OutputLen() int {
+	n := 0
+	for _, e := range l.Events {
+		n += len(e.Chunk)
+	}
+	return n
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -322,9 +331,7 @@ func processIDOf(params json.RawMessage) string {
 
 func (w *Watcher) absorb() error {
 	id := w.Log.ProcessID
-	got := w.c.TakeNotifications(func(method string, params json.RawMessage) bool {
-		return isProcessEvent(method) && processIDOf(params) == id
-	})
+	got := w.c.takeProcessEvents(id)
 	for _, n := range got {
 		var p eventParams
 		if err := json.Unmarshal(n.Params, &p); err != nil {

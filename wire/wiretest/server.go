@@ -3,6 +3,20 @@
 // It builds and runs the real runtimed binary and talks raw JSON to it over a websocket or over the
 // stdio transport. It deliberately imports nothing from the server's own packages, so it checks the
 // protocol as a client sees it.
+//
+//	bin, _ := wiretest.BuildBinary(dir)                 // once, in TestMain
+//	srv := wiretest.StartWS(t, bin, "--detach-ttl", "1s") // or: c := wiretest.StartStdio(t, bin)
+//	c, _ := wiretest.DialWS(ctx, srv.URL, nil)
+//	defer c.Close()
+//	sid, _ := c.Initialize(ctx)                          // initialize + initialized
+//	_ = c.Start(ctx, wiretest.StartParams{ProcessID: "p", Argv: []string{"echo", "hi"}, Cwd: "/", Env: env})
+//	log, _ := c.CollectProcess(ctx, "p")                 // output/exited/closed, sorted by seq
+//	_ = log.CheckSequence()                              // 1..n, one exited, closed last
+//
+// Lower level: Call/CallID/CallAsync/Request send requests and match responses by id (strings by value,
+// numbers by literal text); Notify and SendRaw send anything; WaitResponse, RecvRaw, Unclaimed and
+// Garbage expose what no caller consumed; WaitNotification/TakeNotifications/Notifications query the
+// notification buffer; Watch follows one process incrementally. Every wait is bounded by its context.
 package wiretest
 
 import (
@@ -94,8 +108,17 @@ func Start(t testing.TB, bin string, args ...string) *Server {
 // for the URL it prints as the first stdout line.
 func StartWS(t testing.TB, bin string, extraArgs ...string) *Server {
 	t.Helper()
+	return StartWSEnv(t, bin, nil, extraArgs...)
+}
+
+// StartWSEnv is StartWS with extra environment variables ("K=V") for the server.
+func StartWSEnv(t testing.TB, bin string, env []string, extraArgs ...string) *Server {
+	t.Helper()
 	args := append([]string{"serve", "--listen", "ws://127.0.0.1:0"}, extraArgs...)
-	s := Start(t, bin, args...)
+	s, err := start(t, bin, args, env, nil)
+	if err != nil {
+		t.Fatalf("wiretest: start %s %q: %v", bin, args, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	line, err := s.FirstLine(ctx)
@@ -112,7 +135,7 @@ func StartWS(t testing.TB, bin string, extraArgs ...string) *Server {
 func start(t testing.TB, bin string, args []string, extraEnv []string, configure func(*exec.Cmd)) (*Server, error) {
 	s := &Server{
 		t:      t,
-		stderr: &syncBuffer{limit: 8 << 20},
+		stderr: &syncBuffer{limit: 1 << 20},
 		exited: make(chan struct{}),
 	}
 	cmd := exec.Command(bin, args...)
@@ -252,7 +275,7 @@ func (s *Server) Kill() {
 	}
 }
 
-// syncBuffer is a goroutine-safe, size-limited byte buffer.
+// syncBuffer is a goroutine-safe byte buffer that keeps the last limit bytes written.
 type syncBuffer struct {
 	mu    sync.Mutex
 	buf   bytes.Buffer
@@ -263,15 +286,11 @@ type syncBuffer struct {
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	room := b.limit - b.buf.Len()
-	if room < len(p) {
-		if room > 0 {
-			b.buf.Write(p[:room])
-		}
-		b.lost += len(p) - max(room, 0)
-		return len(p), nil
-	}
 	b.buf.Write(p)
+	if over := b.buf.Len() - b.limit; over > 0 {
+		b.buf.Next(over)
+		b.lost += over
+	}
 	return len(p), nil
 }
 
@@ -279,7 +298,7 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.lost > 0 {
-		return fmt.Sprintf("%s\n[... %d more bytes dropped]", b.buf.String(), b.lost)
+		return fmt.Sprintf("[... %d earlier bytes dropped]\n%s", b.lost, b.buf.String())
 	}
 	return b.buf.String()
 }

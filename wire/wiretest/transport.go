@@ -22,7 +22,7 @@ const ReadLimit = 128 << 20
 
 // transport moves whole JSON messages. readMsg is only called from the client's reader goroutine.
 type transport interface {
-	readMsg(ctx context.Context) ([]byte, error)
+	readMsg(ctx context.Context) (msg []byte, binary bool, err error)
 	writeMsg(ctx context.Context, b []byte) error
 	writeBinary(ctx context.Context, b []byte) error
 	// close ends the connection from the client side: abruptly for a websocket, by closing stdin for stdio.
@@ -97,9 +97,9 @@ type wsTransport struct {
 	conn *websocket.Conn
 }
 
-func (w *wsTransport) readMsg(ctx context.Context) ([]byte, error) {
-	_, b, err := w.conn.Read(ctx)
-	return b, err
+func (w *wsTransport) readMsg(ctx context.Context) ([]byte, bool, error) {
+	typ, b, err := w.conn.Read(ctx)
+	return b, typ == websocket.MessageBinary, err
 }
 
 func (w *wsTransport) writeMsg(ctx context.Context, b []byte) error {
@@ -118,6 +118,13 @@ func (w *wsTransport) teardown()    { _ = w.conn.CloseNow() }
 // torn down when the test ends.
 func StartStdio(t testing.TB, bin string, extraArgs ...string) *Client {
 	t.Helper()
+	return StartStdioArgs(t, bin, append([]string{"serve", "--listen", "stdio://"}, extraArgs...)...)
+}
+
+// StartStdioArgs is StartStdio with the server's whole argument list given (for example to spell the
+// listen address differently).
+func StartStdioArgs(t testing.TB, bin string, args ...string) *Client {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +133,6 @@ func StartStdio(t testing.TB, bin string, extraArgs ...string) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"serve", "--listen", "stdio://"}, extraArgs...)
 	srv, err := start(t, bin, args, nil, func(cmd *exec.Cmd) {
 		cmd.Stdin = inR
 		cmd.Stdout = outW
@@ -160,19 +166,19 @@ type stdioTransport struct {
 	closeOnce sync.Once
 }
 
-func (s *stdioTransport) readMsg(ctx context.Context) ([]byte, error) {
+func (s *stdioTransport) readMsg(ctx context.Context) ([]byte, bool, error) {
 	line, err := s.br.ReadBytes('\n')
 	if err != nil {
 		if len(line) > 0 && errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("stdout ended inside a line (%d bytes without newline): %w", len(line), io.ErrUnexpectedEOF)
+			return nil, false, fmt.Errorf("stdout ended inside a line (%d bytes without newline): %w", len(line), io.ErrUnexpectedEOF)
 		}
-		return nil, err
+		return nil, false, err
 	}
 	line = line[:len(line)-1]
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
 	}
-	return line, nil
+	return line, false, nil
 }
 
 func (s *stdioTransport) writeMsg(ctx context.Context, b []byte) error {

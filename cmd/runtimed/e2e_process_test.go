@@ -1,0 +1,1237 @@
+package main_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runtimed/runtimed/wire/wiretest"
+)
+
+// PROTOCOL.md §2/§4: -32602 for decode failures (naming the field), empty argv, bad base64, empty
+// writeId, and a sandbox intent.
+func TestInvalidParams(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, wait)
+		dir := t.TempDir()
+
+		_, err := call(ctx, c, "process/read", map[string]any{})
+		wantRPCErrorContains(t, "process/read without processId", err, -32602, "processId")
+		_, err = call(ctx, c, "process/read", map[string]any{"processId": 5})
+		wantRPCErrorContains(t, "process/read with numeric processId", err, -32602, "processId")
+		_, err = call(ctx, c, "process/read", nil)
+		if err == nil {
+			t.Errorf("process/read without params: want an error")
+		}
+		_, err = call(ctx, c, "process/terminate", map[string]any{"processId": true})
+		wantRPCErrorContains(t, "process/terminate with boolean processId", err, -32602, "processId")
+		_, err = call(ctx, c, "process/start", map[string]any{"processId": "p", "cwd": dir, "env": map[string]string{}, "tty": false})
+		wantRPCErrorContains(t, "process/start without argv", err, -32602, "argv")
+		_, err = call(ctx, c, "process/start", map[string]any{"processId": "p", "argv": "true", "cwd": dir, "env": map[string]string{}, "tty": false})
+		wantRPCErrorContains(t, "process/start with string argv", err, -32602, "argv")
+
+		p := shProc("p", dir, "exit 0")
+		p.Argv = []string{}
+		_, err = call(ctx, c, "process/start", p)
+		wantRPCError(t, "process/start with empty argv", err, -32602, "argv must not be empty")
+
+		sb := map[string]any{"processId": "p", "argv": []string{"true"}, "cwd": dir, "env": baseEnv(), "tty": false,
+			"sandbox": map[string]any{"mode": "read-only"}}
+		_, err = call(ctx, c, "process/start", sb)
+		wantRPCError(t, "process/start with a sandbox", err, -32602, "sandbox intent cannot be enforced on this executor")
+
+		// None of the refused starts took the id.
+		mustStart(t, c, shProc("p", dir, "exit 0"))
+		mustCollect(t, c, "p")
+
+		cat := wiretest.StartParams{ProcessID: "cat", Argv: []string{"cat"}, Cwd: dir, Env: baseEnv(), PipeStdin: true}
+		mustStart(t, c, cat)
+		_, err = call(ctx, c, "process/write", map[string]any{"processId": "cat", "chunk": "!!not base64!!"})
+		wantRPCErrorContains(t, "process/write with bad base64", err, -32602)
+		_, err = call(ctx, c, "process/write", map[string]any{"processId": "cat"})
+		wantRPCErrorContains(t, "process/write without chunk", err, -32602, "chunk")
+		_, err = call(ctx, c, "process/write", map[string]any{"processId": "cat", "chunk": "aGkK", "writeId": ""})
+		wantRPCError(t, "process/write with empty writeId", err, -32602, "writeId must not be empty")
+		_, err = call(ctx, c, "process/read", map[string]any{"processId": "cat", "afterSeq": "one"})
+		wantRPCErrorContains(t, "process/read with string afterSeq", err, -32602, "afterSeq")
+
+		// Nothing reached the child: a later write is the only output.
+		w := c.Watch("cat")
+		if st, err := c.Write(ctx, "cat", []byte("only\n"), ""); err != nil || st != "accepted" {
+			t.Fatalf("write: %q %v", st, err)
+		}
+		if err := w.WaitOutput(ctx, "only\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(w.Log.Output()); got != "only\n" {
+			t.Errorf("cat output %q, want %q (a refused write reached the child?)", got, "only\n")
+		}
+		if _, err := c.Terminate(ctx, "cat"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WaitClosed(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// PROTOCOL.md §2: unknown fields are ignored; optional fields may be omitted or null.
+func TestOptionalAndUnknownFields(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, wait)
+		dir := t.TempDir()
+		start := map[string]any{
+			"processId": "opt", "argv": []string{"/bin/sh", "-c", "printf optional"}, "cwd": dir, "env": baseEnv(), "tty": false,
+			"envPolicy": nil, "pipeStdin": nil, "arg0": nil, "size": nil, "sandbox": nil,
+			"someFutureField": map[string]any{"x": 1},
+		}
+		if _, err := call(ctx, c, "process/start", start); err != nil {
+			t.Fatalf("process/start with null optional fields and an unknown field: %v", err)
+		}
+		l := mustCollect(t, c, "opt")
+		if got := string(l.Output()); got != "optional" {
+			t.Errorf("output %q", got)
+		}
+		res, err := call(ctx, c, "process/read", map[string]any{"processId": "opt", "afterSeq": nil, "maxBytes": nil, "waitMs": nil, "extra": true})
+		if err != nil {
+			t.Fatalf("process/read with null optional fields: %v", err)
+		}
+		var r wiretest.ReadResult
+		if err := json.Unmarshal(res, &r); err != nil || string(r.Bytes()) != "optional" || !r.Closed {
+			t.Errorf("process/read with null optional fields = %s", res)
+		}
+		var term struct {
+			Running *bool `json:"running"`
+		}
+		if err := c.CallResult(ctx, "process/terminate", map[string]any{"processId": "opt", "graceMs": nil}, &term); err != nil || term.Running == nil || *term.Running {
+			t.Errorf("process/terminate with graceMs null: %+v %v", term, err)
+		}
+		// writeId null is the same as no writeId.
+		mustStart(t, c, wiretest.StartParams{ProcessID: "cat", Argv: []string{"cat"}, Cwd: dir, Env: baseEnv(), PipeStdin: true})
+		w := c.Watch("cat")
+		var wr struct {
+			Status string `json:"status"`
+		}
+		if err := c.CallResult(ctx, "process/write", map[string]any{"processId": "cat", "chunk": wiretest.B64("n\n"), "writeId": nil}, &wr); err != nil || wr.Status != "accepted" {
+			t.Errorf("process/write with writeId null: %+v %v", wr, err)
+		}
+		if err := w.WaitOutput(ctx, "n\n"); err != nil {
+			t.Error(err)
+		}
+		if _, err := c.Terminate(ctx, "cat"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WaitClosed(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// PROTOCOL.md §4: exit codes are the code on a normal exit, 128+N when killed by signal N.
+func TestExitCodes(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		dir := t.TempDir()
+		cases := []struct {
+			script string
+			code   int
+		}{
+			{"exit 0", 0},
+			{"exit 7", 7},
+			{"kill -9 $$", 137},
+			{"kill -TERM $$", 143},
+		}
+		var wg sync.WaitGroup
+		for i, tc := range cases {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := fmt.Sprintf("exit-%d", i)
+				ctx := tctx(t, wait)
+				if err := c.Start(ctx, shProc(id, dir, tc.script)); err != nil {
+					t.Errorf("start %q: %v", tc.script, err)
+					return
+				}
+				l, err := c.CollectProcess(ctx, id)
+				if err != nil {
+					t.Errorf("%q: %v", tc.script, err)
+					return
+				}
+				if err := l.CheckSequence(); err != nil {
+					t.Error(err)
+				}
+				if e := l.Exited(); e == nil || e.ExitCode == nil || *e.ExitCode != tc.code {
+					t.Errorf("%q: want exit code %d\n%s", tc.script, tc.code, l.Summary())
+				}
+				r, err := c.Read(ctx, wiretest.ReadParams{ProcessID: id})
+				if err != nil {
+					t.Errorf("read %s: %v", id, err)
+					return
+				}
+				if !r.Exited || !r.Closed || r.ExitCode == nil || *r.ExitCode != tc.code || r.NextSeq != l.Closed().Seq+1 {
+					t.Errorf("%q: read after close = %+v (exitCode %v), want exited, closed, exitCode %d, nextSeq %d",
+						tc.script, r, deref(r.ExitCode), tc.code, l.Closed().Seq+1)
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+// isEmptyObject reports whether res is the JSON object {} (whitespace allowed).
+func isEmptyObject(res json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(res, &m) == nil && m != nil && len(m) == 0
+}
+
+func randomBytes(n int, seed byte) []byte {
+	b := make([]byte, n)
+	_, _ = rand.NewChaCha8([32]byte{seed}).Read(b)
+	return b
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// PROTOCOL.md §4: stdout and stderr are separate streams; one seq counter shared by output, exit and
+// close; notifications and process/read describe the same history.
+func TestStdoutStderrSeparation(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		t.Run("gated", func(t *testing.T) {
+			t.Parallel()
+			c := session(t, tr)
+			ctx := tctx(t, wait)
+			dir := t.TempDir()
+			r1, r2 := filepath.Join(dir, "r1"), filepath.Join(dir, "r2")
+			// Each step waits for the test to have seen the previous one, so the order is certain.
+			script := fmt.Sprintf(`printf 'event output\n'; gate %s; printf 'event err\n' >&2; gate %s; exit 7`, shq(r1), shq(r2))
+			w := c.Watch("sep")
+			mustStart(t, c, shProc("sep", dir, script))
+			if err := w.WaitOutput(ctx, "event output\n"); err != nil {
+				t.Fatal(err)
+			}
+			release(t, r1)
+			if err := w.WaitOutput(ctx, "event err\n"); err != nil {
+				t.Fatal(err)
+			}
+			release(t, r2)
+			l, err := w.WaitClosed(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSeparation(t, c, l)
+		})
+		t.Run("free running", func(t *testing.T) {
+			t.Parallel()
+			// The child paces itself (its sleeps are its own behaviour, not the test's synchronisation);
+			// output written before the exit must be numbered before it.
+			c := session(t, tr)
+			mustStart(t, c, wiretest.StartParams{ProcessID: "sep", Cwd: t.TempDir(), Env: baseEnv(), Argv: []string{"/bin/sh", "-c",
+				`printf 'event output\n'; sleep 0.1; printf 'event err\n' >&2; sleep 0.1; exit 7`}})
+			l, err := c.CollectProcess(tctx(t, wait), "sep")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSeparation(t, c, l)
+		})
+	})
+}
+
+// checkSeparation checks the history of process "sep" via notifications (l) and process/read.
+func checkSeparation(t *testing.T, c *wiretest.Client, l *wiretest.ProcessLog) {
+	t.Helper()
+	ctx := tctx(t, wait)
+	ev := l.Sorted()
+	ok := len(ev) == 4 &&
+		ev[0].Method == "process/output" && ev[0].Seq == 1 && ev[0].Stream == "stdout" && string(ev[0].Chunk) == "event output\n" &&
+		ev[1].Method == "process/output" && ev[1].Seq == 2 && ev[1].Stream == "stderr" && string(ev[1].Chunk) == "event err\n" &&
+		ev[2].Method == "process/exited" && ev[2].Seq == 3 && ev[2].ExitCode != nil && *ev[2].ExitCode == 7 &&
+		ev[3].Method == "process/closed" && ev[3].Seq == 4
+	if !ok {
+		t.Fatalf("want output(1,stdout) output(2,stderr) exited(3,7) closed(4), got\n%s", l.Summary())
+	}
+	var exited struct {
+		SandboxDenied *bool `json:"sandboxDenied"`
+	}
+	if err := json.Unmarshal(ev[2].Params, &exited); err != nil || exited.SandboxDenied == nil || *exited.SandboxDenied {
+		t.Errorf("process/exited params %s: want sandboxDenied false", ev[2].Params)
+	}
+
+	r, err := c.Read(ctx, wiretest.ReadParams{ProcessID: "sep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Chunks) != 2 ||
+		r.Chunks[0].Seq != 1 || r.Chunks[0].Stream != "stdout" || string(r.Chunks[0].Chunk) != "event output\n" ||
+		r.Chunks[1].Seq != 2 || r.Chunks[1].Stream != "stderr" || string(r.Chunks[1].Chunk) != "event err\n" {
+		t.Errorf("read chunks = %+v, want the same two chunks as the notifications", r.Chunks)
+	}
+	if r.NextSeq != 5 || !r.Exited || r.ExitCode == nil || *r.ExitCode != 7 || !r.Closed || r.SandboxDenied {
+		t.Errorf("read = nextSeq %d exited %v exitCode %v closed %v sandboxDenied %v; want 5 true 7 true false",
+			r.NextSeq, r.Exited, deref(r.ExitCode), r.Closed, r.SandboxDenied)
+	}
+	if string(r.Failure) != "null" {
+		t.Errorf("read failure = %q, want null", r.Failure)
+	}
+	r, err = c.Read(ctx, wiretest.ReadParams{ProcessID: "sep", AfterSeq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Chunks) != 1 || r.Chunks[0].Seq != 2 || r.NextSeq != 5 {
+		t.Errorf("read afterSeq 1 = %+v nextSeq %d, want only seq 2 and nextSeq 5", r.Chunks, r.NextSeq)
+	}
+	r, err = c.Read(ctx, wiretest.ReadParams{ProcessID: "sep", AfterSeq: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Chunks) != 0 || r.NextSeq != 5 || !r.Closed {
+		t.Errorf("read afterSeq 4 = %+v nextSeq %d closed %v, want no chunks, 5, closed", r.Chunks, r.NextSeq, r.Closed)
+	}
+}
+
+// PROTOCOL.md §4 process/read: afterSeq, maxBytes (the first chunk always included) and nextSeq.
+func TestReadPaging(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, wait)
+		dir := t.TempDir()
+		g1, g2, g3 := filepath.Join(dir, "g1"), filepath.Join(dir, "g2"), filepath.Join(dir, "g3")
+		script := fmt.Sprintf(`printf aaaa; gate %s; printf bbbbbbbb; gate %s; printf cc; gate %s; exit 0`, shq(g1), shq(g2), shq(g3))
+		w := c.Watch("page")
+		mustStart(t, c, shProc("page", dir, script))
+		if err := w.WaitOutput(ctx, "aaaa"); err != nil {
+			t.Fatal(err)
+		}
+
+		// While running: one chunk, nothing exited.
+		r, err := c.Read(ctx, wiretest.ReadParams{ProcessID: "page"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Chunks) != 1 || string(r.Chunks[0].Chunk) != "aaaa" || r.NextSeq != 2 || r.Exited || r.Closed || r.ExitCode != nil {
+			t.Errorf("read while running = %+v nextSeq %d exited %v closed %v exitCode %v; want [aaaa] 2 false false null",
+				r.Chunks, r.NextSeq, r.Exited, r.Closed, deref(r.ExitCode))
+		}
+
+		release(t, g1)
+		if err := w.WaitOutput(ctx, "bbbbbbbb"); err != nil {
+			t.Fatal(err)
+		}
+		release(t, g2)
+		if err := w.WaitOutput(ctx, "cc"); err != nil {
+			t.Fatal(err)
+		}
+		release(t, g3)
+		l, err := w.WaitClosed(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.CheckSequence(); err != nil {
+			t.Fatal(err)
+		}
+		if ev := l.Sorted(); len(ev) != 5 {
+			t.Fatalf("want 3 outputs, exited, closed; got\n%s", l.Summary())
+		}
+
+		cases := []struct {
+			afterSeq uint64
+			maxBytes int
+			seqs     []uint64
+			nextSeq  uint64
+		}{
+			{0, 0, []uint64{1, 2, 3}, 6},
+			{0, 1, []uint64{1}, 2}, // the first chunk is returned even though it exceeds maxBytes
+			{0, 4, []uint64{1}, 2},
+			{0, 11, []uint64{1}, 2}, // stop before a chunk that would exceed maxBytes
+			{0, 12, []uint64{1, 2}, 3},
+			{0, 14, []uint64{1, 2, 3}, 4}, // with maxBytes: the seq after the last returned chunk
+			{1, 0, []uint64{2, 3}, 6},
+			{1, 8, []uint64{2}, 3},
+			{1, 3, []uint64{2}, 3},
+			{2, 100, []uint64{3}, 4},
+			{3, 100, nil, 6}, // nothing returned: the next unassigned seq
+			{3, 0, nil, 6},
+			{5, 0, nil, 6},
+			{100, 0, nil, 6}, // beyond the history
+			{100, 5, nil, 6},
+		}
+		want := map[uint64]string{1: "aaaa", 2: "bbbbbbbb", 3: "cc"}
+		for _, tc := range cases {
+			r, err := c.Read(ctx, wiretest.ReadParams{ProcessID: "page", AfterSeq: tc.afterSeq, MaxBytes: tc.maxBytes})
+			if err != nil {
+				t.Errorf("read afterSeq %d maxBytes %d: %v", tc.afterSeq, tc.maxBytes, err)
+				continue
+			}
+			var seqs []uint64
+			for _, ch := range r.Chunks {
+				seqs = append(seqs, ch.Seq)
+				if string(ch.Chunk) != want[ch.Seq] || ch.Stream != "stdout" {
+					t.Errorf("read afterSeq %d maxBytes %d: chunk %d = %s %q, want stdout %q", tc.afterSeq, tc.maxBytes, ch.Seq, ch.Stream, ch.Chunk, want[ch.Seq])
+				}
+			}
+			if fmt.Sprint(seqs) != fmt.Sprint(tc.seqs) || r.NextSeq != tc.nextSeq {
+				t.Errorf("read afterSeq %d maxBytes %d: seqs %v nextSeq %d, want %v %d", tc.afterSeq, tc.maxBytes, seqs, r.NextSeq, tc.seqs, tc.nextSeq)
+			}
+			if !r.Exited || !r.Closed || r.ExitCode == nil || *r.ExitCode != 0 {
+				t.Errorf("read afterSeq %d maxBytes %d: exited %v closed %v exitCode %v", tc.afterSeq, tc.maxBytes, r.Exited, r.Closed, deref(r.ExitCode))
+			}
+		}
+	})
+}
+
+// PROTOCOL.md §4 process/read long poll: it returns early when output arrives, at once for an exit
+// newer than afterSeq or a closed process, after waitMs otherwise, and never blocks other requests.
+func TestReadLongPoll(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, 30*time.Second)
+		dir := t.TempDir()
+		rel, rel2 := filepath.Join(dir, "rel"), filepath.Join(dir, "rel2")
+		wa := c.Watch("a")
+		mustStart(t, c, shProc("a", dir, fmt.Sprintf(`gate %s; printf late; gate %s; exit 3`, shq(rel), shq(rel2))))
+		wb := c.Watch("b")
+		mustStart(t, c, shProc("b", dir, `printf b-out`))
+		if _, err := wb.WaitClosed(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		type pollResult struct {
+			r   *wiretest.ReadResult
+			err error
+			at  time.Time
+		}
+		polled := make(chan pollResult, 1)
+		// Sent before the requests below (CallAsync returns once the request is written).
+		poll, err := c.CallAsync(ctx, "process/read", wiretest.ReadParams{ProcessID: "a", WaitMs: 5000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			res, rpcErr, err := poll.Wait(ctx)
+			var r wiretest.ReadResult
+			if err == nil && rpcErr != nil {
+				err = rpcErr
+			}
+			if err == nil {
+				err = json.Unmarshal(res, &r)
+			}
+			polled <- pollResult{&r, err, time.Now()}
+		}()
+		pending := func(what string) {
+			select {
+			case p := <-polled:
+				polled <- p
+				t.Errorf("long poll returned (%+v, %v) before %s, although the process printed nothing", p.r, p.err, what)
+			default:
+			}
+		}
+
+		// Requests sent while the poll is pending are answered before it returns.
+		res, err := call(tctx(t, 3*time.Second), c, "environment/status", nil)
+		wantStatusReady(t, "environment/status during a long poll", res, err)
+		pending("environment/status was answered")
+		rb, err := c.Read(tctx(t, 3*time.Second), wiretest.ReadParams{ProcessID: "b"})
+		if err != nil || string(rb.Bytes()) != "b-out" {
+			t.Errorf("read of another process during a long poll: %v %v", rb, err)
+		}
+		pending("a read of another process was answered")
+
+		released := time.Now()
+		release(t, rel)
+		var p pollResult
+		select {
+		case p = <-polled:
+		case <-time.After(15 * time.Second):
+			t.Fatal("long poll did not return")
+		}
+		if p.err != nil {
+			t.Fatalf("long poll: %v", p.err)
+		}
+		if string(p.r.Bytes()) != "late" {
+			t.Errorf("long poll returned %+v, want the chunk \"late\"", p.r.Chunks)
+		}
+		if d := p.at.Sub(released); d > 3*time.Second {
+			t.Errorf("long poll returned %v after the output was released; want well under waitMs 5000", d)
+		}
+
+		// An exit newer than afterSeq, and a closed process, answer at once.
+		if err := wa.WaitOutput(ctx, "late"); err != nil {
+			t.Fatal(err)
+		}
+		release(t, rel2)
+		l, err := wa.WaitClosed(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outSeq := l.Sorted()[0].Seq
+		for _, after := range []uint64{outSeq, l.Closed().Seq} {
+			t0 := time.Now()
+			r, err := c.Read(ctx, wiretest.ReadParams{ProcessID: "a", AfterSeq: after, WaitMs: 5000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(t0); d > 2*time.Second {
+				t.Errorf("read afterSeq %d waitMs 5000 of an exited, closed process took %v; want an immediate answer", after, d)
+			}
+			if !r.Exited || !r.Closed || r.ExitCode == nil || *r.ExitCode != 3 || len(r.Chunks) != 0 {
+				t.Errorf("read afterSeq %d = %+v", after, r)
+			}
+		}
+
+		// Without a change, the poll waits waitMs and returns the (empty) state.
+		mustStart(t, c, shProc("c", dir, fmt.Sprintf(`gate %s`, shq(filepath.Join(dir, "never")))))
+		t0 := time.Now()
+		r, err := c.Read(ctx, wiretest.ReadParams{ProcessID: "c", WaitMs: 400})
+		d := time.Since(t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d < 350*time.Millisecond || d > 4*time.Second {
+			t.Errorf("idle long poll with waitMs 400 took %v", d)
+		}
+		if len(r.Chunks) != 0 || r.Exited || r.Closed || r.NextSeq != 1 {
+			t.Errorf("idle long poll = %+v, want no chunks, running, nextSeq 1", r)
+		}
+		if running, err := c.Terminate(ctx, "c"); err != nil || !running {
+			t.Errorf("terminate c: %v %v", running, err)
+		}
+		mustCollect(t, c, "c")
+	})
+}
+
+// PROTOCOL.md §4 process/write: pipeStdin, statuses, writeId dedupe.
+func TestStdinWrites(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, wait)
+		dir := t.TempDir()
+		w := c.Watch("cat")
+		mustStart(t, c, wiretest.StartParams{ProcessID: "cat", Argv: []string{"cat"}, Cwd: dir, Env: baseEnv(), PipeStdin: true})
+		write := func(data, writeID string) {
+			t.Helper()
+			st, err := c.Write(ctx, "cat", []byte(data), writeID)
+			if err != nil || st != "accepted" {
+				t.Fatalf("write %q (writeId %q): status %q err %v, want accepted", data, writeID, st, err)
+			}
+		}
+		write("hello\n", "")
+		if err := w.WaitOutput(ctx, "hello\n"); err != nil {
+			t.Fatal(err)
+		}
+		write("one\n", "w-1")
+		write("one\n", "w-1") // a repeated writeId is accepted and writes nothing
+		write("two\n", "w-2")
+		write("three\n", "")
+		if err := w.WaitOutput(ctx, "three\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(w.Log.Output("stdout")), "hello\none\ntwo\nthree\n"; got != want {
+			t.Errorf("cat output %q, want %q", got, want)
+		}
+
+		// Pipelined writes (not waiting for responses) are applied in the order they were sent.
+		var pend []*wiretest.Pending
+		var want strings.Builder
+		want.Write(w.Log.Output("stdout"))
+		for i := range 200 {
+			line := fmt.Sprintf("pipelined %03d\n", i)
+			want.WriteString(line)
+			p, err := c.CallAsync(ctx, "process/write", map[string]any{"processId": "cat", "chunk": wiretest.B64(line)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pend = append(pend, p)
+		}
+		for _, p := range pend {
+			res, rpcErr, err := p.Wait(ctx)
+			if err != nil || rpcErr != nil || !strings.Contains(string(res), `"accepted"`) {
+				t.Fatalf("pipelined write: %s %v %v", res, rpcErr, err)
+			}
+		}
+		if err := w.WaitOutput(ctx, "pipelined 199\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(w.Log.Output("stdout")); got != want.String() {
+			t.Errorf("pipelined writes arrived out of order or incomplete:\n%q\nwant\n%q", got, want.String())
+		}
+
+		_, err := call(ctx, c, "process/write", map[string]any{"processId": "cat", "chunk": "eAo=", "writeId": ""})
+		wantRPCError(t, "empty writeId", err, -32602, "writeId must not be empty")
+
+		if st, err := c.Write(ctx, "no-such-process", []byte("x"), ""); err != nil || st != "unknownProcess" {
+			t.Errorf("write to an unknown process: %q %v, want unknownProcess", st, err)
+		}
+
+		mustStart(t, c, shProc("nostdin", dir, fmt.Sprintf(`gate %s`, shq(filepath.Join(dir, "never")))))
+		if st, err := c.Write(ctx, "nostdin", []byte("x"), ""); err != nil || st != "stdinClosed" {
+			t.Errorf("write to a process without pipeStdin: %q %v, want stdinClosed", st, err)
+		}
+		// Without pipeStdin, stdin is /dev/null: cat sees EOF at once.
+		mustStart(t, c, wiretest.StartParams{ProcessID: "devnull", Argv: []string{"cat"}, Cwd: dir, Env: baseEnv()})
+		l := mustCollect(t, c, "devnull")
+		if code := exitCodeOf(t, l); code != 0 || len(l.Output()) != 0 {
+			t.Errorf("cat with stdin /dev/null: exit %d output %q, want 0 and nothing", code, l.Output())
+		}
+
+		for _, id := range []string{"cat", "nostdin"} {
+			if running, err := c.Terminate(ctx, id); err != nil || !running {
+				t.Errorf("terminate %s: %v %v", id, running, err)
+			}
+		}
+		if l, err := w.WaitClosed(ctx); err != nil {
+			t.Error(err)
+		} else if err := l.CheckSequence(); err != nil {
+			t.Error(err)
+		}
+		mustCollect(t, c, "nostdin")
+	})
+}
+
+// PROTOCOL.md §4 process/write: at least the last 4096 writeIds per process are remembered.
+func TestWriteIDWindow(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, 60*time.Second)
+		w := c.Watch("cat")
+		mustStart(t, c, wiretest.StartParams{ProcessID: "cat", Argv: []string{"cat"}, Cwd: t.TempDir(), Env: baseEnv(), PipeStdin: true})
+		const n = 4096
+		var pend []*wiretest.Pending
+		send := func(data, writeID string) {
+			p := map[string]any{"processId": "cat", "chunk": wiretest.B64(data)}
+			if writeID != "" {
+				p["writeId"] = writeID
+			}
+			pr, err := c.CallAsync(ctx, "process/write", p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pend = append(pend, pr)
+		}
+		for i := range n {
+			send("x", fmt.Sprintf("id-%d", i))
+		}
+		for i := range n { // the same ids again: accepted, nothing written
+			send("y", fmt.Sprintf("id-%d", i))
+		}
+		send("END\n", "")
+		for _, p := range pend {
+			res, rpcErr, err := p.Wait(ctx)
+			if err != nil || rpcErr != nil || !strings.Contains(string(res), `"accepted"`) {
+				t.Fatalf("write: %s %v %v", res, rpcErr, err)
+			}
+		}
+		if err := w.WaitOutput(ctx, "END\n"); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := string(w.Log.Output()), strings.Repeat("x", n)+"END\n"; got != want {
+			t.Errorf("output has %d x, %d y (len %d); want %d x and no y", strings.Count(got, "x"), strings.Count(got, "y"), len(got), n)
+		}
+		if _, err := c.Terminate(ctx, "cat"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WaitClosed(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// PROTOCOL.md §4: tty processes get a PTY (24x80 by default, or size); output arrives on stream pty.
+func TestTTY(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, wait)
+		dir := t.TempDir()
+
+		w := c.Watch("tty-cat")
+		mustStart(t, c, wiretest.StartParams{ProcessID: "tty-cat", Argv: []string{"cat"}, Cwd: dir, Env: baseEnv(), TTY: true})
+		if st, err := c.Write(ctx, "tty-cat", []byte("ping\n"), ""); err != nil || st != "accepted" {
+			t.Fatalf("write to tty: %q %v", st, err)
+		}
+		if err := w.WaitOutput(ctx, "ping"); err != nil {
+			t.Fatal(err)
+		}
+		if running, err := c.Terminate(ctx, "tty-cat"); err != nil || !running {
+			t.Errorf("terminate: %v %v", running, err)
+		}
+		l, err := w.WaitClosed(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range l.Events {
+			if e.Method == "process/output" && e.Stream != "pty" {
+				t.Errorf("tty output on stream %q, want pty", e.Stream)
+			}
+		}
+
+		script := `[ -t 0 ] && [ -t 1 ] && [ -t 2 ] && echo is-a-tty; echo to-stderr >&2; stty size`
+		for _, tc := range []struct {
+			size *wiretest.Size
+			want string
+		}{{nil, "24 80"}, {&wiretest.Size{Rows: 40, Cols: 100}, "40 100"}} {
+			id := "tty-" + tc.want
+			p := shProc(id, dir, script)
+			p.TTY = true
+			p.Size = tc.size
+			mustStart(t, c, p)
+			l := mustCollect(t, c, id)
+			out := string(l.Output())
+			for _, want := range []string{"is-a-tty", "to-stderr", tc.want} {
+				if !strings.Contains(out, want) {
+					t.Errorf("tty %s: output %q lacks %q", id, out, want)
+				}
+			}
+			if len(l.Output("pty")) != len(l.Output()) {
+				t.Errorf("tty %s: output on a stream other than pty:\n%s", id, l.Summary())
+			}
+			if code := exitCodeOf(t, l); code != 0 {
+				t.Errorf("tty %s: exit code %d", id, code)
+			}
+		}
+	})
+}
+
+// PROTOCOL.md §4 process/terminate.
+func TestTerminate(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		t.Run("running", func(t *testing.T) {
+			t.Parallel()
+			c := session(t, tr)
+			ctx := tctx(t, wait)
+			dir := t.TempDir()
+			w := c.Watch("t")
+			mustStart(t, c, shProc("t", dir, fmt.Sprintf(`echo started; gate %s`, shq(filepath.Join(dir, "never")))))
+			if err := w.WaitOutput(ctx, "started"); err != nil {
+				t.Fatal(err)
+			}
+			if running, err := c.Terminate(ctx, "t"); err != nil || !running {
+				t.Fatalf("terminate: running %v err %v, want running true", running, err)
+			}
+			l, err := w.WaitClosed(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.CheckSequence(); err != nil {
+				t.Error(err)
+			}
+			if code := exitCodeOf(t, l); code != 137 {
+				t.Errorf("exit code %d, want 137", code)
+			}
+			if running, err := c.Terminate(ctx, "t"); err != nil || running {
+				t.Errorf("terminate after exit: running %v err %v, want false", running, err)
+			}
+			if running, err := c.Terminate(ctx, "never-started"); err != nil || running {
+				t.Errorf("terminate unknown: running %v err %v, want false", running, err)
+			}
+		})
+		t.Run("background child", func(t *testing.T) {
+			t.Parallel()
+			c := session(t, tr)
+			ctx := tctx(t, wait)
+			dir := t.TempDir()
+			pidFile := filepath.Join(dir, "pid")
+			mustStart(t, c, shProc("bg", dir, fmt.Sprintf(`sleep 1000 & echo $! > %s; wait`, shq(pidFile))))
+			pid := readPidFile(t, pidFile, "sleep")
+			if running, err := c.Terminate(ctx, "bg"); err != nil || !running {
+				t.Fatalf("terminate: running %v err %v, want true", running, err)
+			}
+			l := mustCollect(t, c, "bg")
+			if code := exitCodeOf(t, l); code != 137 {
+				t.Errorf("exit code %d, want 137", code)
+			}
+			waitPidGone(t, "background child of a terminated process", pid, 10*time.Second)
+		})
+		t.Run("descendant that left the group", func(t *testing.T) {
+			t.Parallel()
+			if _, err := os.Stat("/usr/bin/setsid"); err != nil {
+				t.Skip("no setsid")
+			}
+			c := session(t, tr)
+			ctx := tctx(t, wait)
+			dir := t.TempDir()
+			pidFile := filepath.Join(dir, "pid")
+			// The escaped sleep keeps stdout and stderr open; closed must still follow the terminate.
+			mustStart(t, c, shProc("esc", dir, fmt.Sprintf(`setsid sleep 1000 & echo $! > %s; wait`, shq(pidFile))))
+			readPidFile(t, pidFile, "sleep")
+			if running, err := c.Terminate(ctx, "esc"); err != nil || !running {
+				t.Fatalf("terminate: running %v err %v, want true", running, err)
+			}
+			lctx := tctx(t, 10*time.Second)
+			l, err := c.CollectProcess(lctx, "esc")
+			if err != nil {
+				t.Fatalf("closed did not follow terminate while an escaped descendant holds the pipes: %v", err)
+			}
+			if code := exitCodeOf(t, l); code != 137 {
+				t.Errorf("exit code %d, want 137", code)
+			}
+		})
+		t.Run("graceMs", func(t *testing.T) {
+			t.Parallel()
+			c := session(t, tr)
+			ctx := tctx(t, wait)
+			dir := t.TempDir()
+			w := c.Watch("g")
+			mustStart(t, c, shProc("g", dir, `trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.01; done`))
+			if err := w.WaitOutput(ctx, "ready"); err != nil {
+				t.Fatal(err)
+			}
+			var res struct {
+				Running bool `json:"running"`
+			}
+			if err := c.CallResult(ctx, "process/terminate", map[string]any{"processId": "g", "graceMs": 10000}, &res); err != nil || !res.Running {
+				t.Fatalf("terminate with graceMs: %+v %v", res, err)
+			}
+			l, err := w.WaitClosed(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code := exitCodeOf(t, l); code != 3 || !strings.Contains(string(l.Output()), "got-term") {
+				t.Errorf("graceful terminate: exit %d output %q, want the TERM trap to run (exit 3, got-term)", code, l.Output())
+			}
+		})
+		t.Run("graceMs tty", func(t *testing.T) {
+			t.Parallel()
+			c := session(t, tr)
+			ctx := tctx(t, wait)
+			dir := t.TempDir()
+			w := c.Watch("h")
+			p := shProc("h", dir, `trap 'echo got-hup; exit 4' HUP; trap 'echo got-term; exit 5' TERM; echo ready; while :; do sleep 0.01; done`)
+			p.TTY = true
+			mustStart(t, c, p)
+			if err := w.WaitOutput(ctx, "ready"); err != nil {
+				t.Fatal(err)
+			}
+			var res struct {
+				Running bool `json:"running"`
+			}
+			if err := c.CallResult(ctx, "process/terminate", map[string]any{"processId": "h", "graceMs": 10000}, &res); err != nil || !res.Running {
+				t.Fatalf("terminate with graceMs: %+v %v", res, err)
+			}
+			l, err := w.WaitClosed(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code := exitCodeOf(t, l); code != 4 {
+				t.Errorf("graceful terminate of a PTY process: exit %d output %q, want SIGHUP's trap to run (exit 4)", code, l.Output())
+			}
+		})
+	})
+}
+
+// PROTOCOL.md §4 process/signal.
+func TestSignal(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, wait)
+		dir := t.TempDir()
+		for _, tc := range []struct {
+			signal string
+			code   int
+		}{{"interrupt", 130}, {"terminate", 143}, {"kill", 137}, {"hangup", 129}, {"user1", 138}} {
+			id := "sig-" + tc.signal
+			mustStart(t, c, wiretest.StartParams{ProcessID: id, Argv: []string{"sleep", "1000"}, Cwd: dir, Env: baseEnv()})
+			res, err := call(ctx, c, "process/signal", map[string]any{"processId": id, "signal": tc.signal})
+			if err != nil || !isEmptyObject(res) {
+				t.Errorf("signal %s: %s %v, want {}", tc.signal, res, err)
+			}
+			l := mustCollect(t, c, id)
+			if code := exitCodeOf(t, l); code != tc.code {
+				t.Errorf("signal %s: exit code %d, want %d", tc.signal, code, tc.code)
+			}
+			// Exited process: {}.
+			res, err = call(ctx, c, "process/signal", map[string]any{"processId": id, "signal": tc.signal})
+			if err != nil || !isEmptyObject(res) {
+				t.Errorf("signal %s to an exited process: %s %v, want {}", tc.signal, res, err)
+			}
+		}
+		res, err := call(ctx, c, "process/signal", map[string]any{"processId": "unknown", "signal": "interrupt"})
+		if err != nil || !isEmptyObject(res) {
+			t.Errorf("signal to an unknown process: %s %v, want {}", res, err)
+		}
+	})
+}
+
+// PROTOCOL.md §4: duplicate ids, spawn failures (the id is free again at once), unknown ids, cwd forms,
+// argv[0] lookup.
+func TestStartErrorsAndIDs(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, wait)
+		dir := t.TempDir()
+
+		mustStart(t, c, shProc("dup", dir, fmt.Sprintf(`gate %s`, shq(filepath.Join(dir, "rel")))))
+		err := c.Start(ctx, shProc("dup", dir, "exit 0"))
+		wantRPCError(t, "duplicate running id", err, -32600, "process dup already exists")
+		release(t, filepath.Join(dir, "rel"))
+		mustCollect(t, c, "dup")
+		err = c.Start(ctx, shProc("dup", dir, "exit 0"))
+		wantRPCError(t, "duplicate closed (retained) id", err, -32600, "process dup already exists")
+
+		missing := wiretest.StartParams{ProcessID: "bad", Argv: []string{"/nonexistent/runtimed-e2e-missing"}, Cwd: dir, Env: baseEnv()}
+		err = c.Start(ctx, missing)
+		wantRPCErrorContains(t, "missing binary", err, -32603, "no such file or directory")
+		p := shProc("bad", dir, "printf ok")
+		mustStart(t, c, p)
+		if l := mustCollect(t, c, "bad"); string(l.Output()) != "ok" || exitCodeOf(t, l) != 0 {
+			t.Errorf("restart after spawn failure:\n%s", l.Summary())
+		}
+
+		notOnPath := wiretest.StartParams{ProcessID: "nopath", Argv: []string{"runtimed-e2e-no-such-command"}, Cwd: dir, Env: baseEnv()}
+		err = c.Start(ctx, notOnPath)
+		wantRPCErrorContains(t, "command not on PATH", err, -32603)
+
+		badCwd := shProc("badcwd", "/nonexistent-runtimed-e2e-dir", "exit 0")
+		err = c.Start(ctx, badCwd)
+		wantRPCErrorContains(t, "missing cwd", err, -32603, "no such file or directory")
+		mustStart(t, c, shProc("badcwd", dir, "exit 0"))
+		mustCollect(t, c, "badcwd")
+
+		_, err = c.Read(ctx, wiretest.ReadParams{ProcessID: "nope"})
+		wantRPCError(t, "read of an unknown process", err, -32600, "unknown process id nope")
+		_, err = c.Read(ctx, wiretest.ReadParams{ProcessID: "nopath"})
+		wantRPCError(t, "read of a process whose spawn failed", err, -32600, "unknown process id nopath")
+
+		// cwd: an absolute path or a file: URI.
+		for i, cwd := range []string{dir, "file://" + dir} {
+			id := fmt.Sprintf("pwd-%d", i)
+			mustStart(t, c, wiretest.StartParams{ProcessID: id, Argv: []string{"pwd", "-P"}, Cwd: cwd, Env: baseEnv()})
+			real, _ := filepath.EvalSymlinks(dir)
+			if got := strings.TrimSpace(string(mustCollect(t, c, id).Output())); got != real {
+				t.Errorf("cwd %q: pwd printed %q, want %q", cwd, got, real)
+			}
+		}
+		// argv[0] falls back to /bin:/usr/bin when env has no PATH.
+		mustStart(t, c, wiretest.StartParams{ProcessID: "fallback", Argv: []string{"printf", "fb"}, Cwd: dir, Env: map[string]string{}})
+		if got := string(mustCollect(t, c, "fallback").Output()); got != "fb" {
+			t.Errorf("PATH fallback: output %q, want fb", got)
+		}
+	})
+}
+
+// PROTOCOL.md §4: without envPolicy the environment is exactly env; envPolicy builds a base from the
+// server's environment.
+func TestEnvironment(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		dir := t.TempDir()
+		hasPath := os.Getenv("PATH") != ""
+		cases := []struct {
+			name    string
+			env     map[string]string
+			policy  any
+			exactly map[string]string // if set, the whole environment
+			has     map[string]string
+			hasNot  []string
+		}{
+			{name: "exact env", env: map[string]string{"PATH": "/usr/bin:/bin", "FOO": "bar baz"},
+				exactly: map[string]string{"PATH": "/usr/bin:/bin", "FOO": "bar baz"}},
+			{name: "inherit all", env: map[string]string{"FOO": "1"}, policy: map[string]any{"inherit": "all"},
+				has: map[string]string{plainVarName: plainVarValue, "FOO": "1"}, hasNot: []string{keyVarName}},
+			{name: "empty policy", env: map[string]string{}, policy: map[string]any{},
+				has: map[string]string{plainVarName: plainVarValue}, hasNot: []string{keyVarName}},
+			{name: "ignoreDefaultExcludes", env: map[string]string{}, policy: map[string]any{"inherit": "all", "ignoreDefaultExcludes": true},
+				has: map[string]string{plainVarName: plainVarValue, keyVarName: keyVarValue}},
+			{name: "inherit none", env: map[string]string{"B": "2", "A": "0"}, policy: map[string]any{"inherit": "none", "set": map[string]string{"A": "1"}},
+				exactly: map[string]string{"A": "0", "B": "2"}},
+			{name: "inherit core", env: map[string]string{}, policy: map[string]any{"inherit": "core"},
+				hasNot: []string{plainVarName, keyVarName}},
+			{name: "includeOnly", env: map[string]string{}, policy: map[string]any{"includeOnly": []string{"runtimed_e2e_*"}},
+				exactly: map[string]string{plainVarName: plainVarValue}},
+			{name: "exclude", env: map[string]string{}, policy: map[string]any{"exclude": []string{"RUNTIMED_E2E_PL?IN"}},
+				hasNot: []string{plainVarName, keyVarName}},
+		}
+		var wg sync.WaitGroup
+		for i, tc := range cases {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := fmt.Sprintf("env-%d", i)
+				ctx := tctx(t, wait)
+				p := wiretest.StartParams{ProcessID: id, Argv: []string{"env"}, Cwd: dir, Env: tc.env, EnvPolicy: tc.policy}
+				if err := c.Start(ctx, p); err != nil {
+					t.Errorf("%s: start: %v", tc.name, err)
+					return
+				}
+				l, err := c.CollectProcess(ctx, id)
+				if err != nil {
+					t.Errorf("%s: %v", tc.name, err)
+					return
+				}
+				got := envLines(l.Output())
+				if tc.exactly != nil && fmt.Sprint(got) != fmt.Sprint(tc.exactly) {
+					t.Errorf("%s: environment %v, want exactly %v", tc.name, got, tc.exactly)
+				}
+				for k, v := range tc.has {
+					if got[k] != v {
+						t.Errorf("%s: %s=%q, want %q (env: %v)", tc.name, k, got[k], v, sortedKeys(got))
+					}
+				}
+				for _, k := range tc.hasNot {
+					if _, ok := got[k]; ok {
+						t.Errorf("%s: %s is set, want it dropped", tc.name, k)
+					}
+				}
+				if tc.name == "inherit core" {
+					core := map[string]bool{"PATH": true, "SHELL": true, "TMPDIR": true, "TEMP": true, "TMP": true, "HOME": true,
+						"LANG": true, "LC_ALL": true, "LC_CTYPE": true, "LOGNAME": true, "USER": true}
+					for k := range got {
+						if !core[k] {
+							t.Errorf("inherit core: unexpected %s", k)
+						}
+					}
+					if hasPath && got["PATH"] != os.Getenv("PATH") {
+						t.Errorf("inherit core: PATH=%q, want the server's %q", got["PATH"], os.Getenv("PATH"))
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
+
+// PROTOCOL.md §4: 8 MiB of output arrives complete and in order.
+func TestLargeOutput(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, 90*time.Second)
+		dir := t.TempDir()
+		data := randomBytes(8<<20, 1)
+		file, rel := filepath.Join(dir, "big"), filepath.Join(dir, "rel")
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// The child stays alive (gated) after the output, so the retention check below cannot race with
+		// the expiry of a closed process however slow this machine is.
+		w := c.Watch("big")
+		mustStart(t, c, shProc("big", dir, fmt.Sprintf(`cat %s; gate %s`, shq(file), shq(rel))))
+		if err := w.WaitFor(ctx, func(l *wiretest.ProcessLog) bool { return l.OutputLen() >= len(data) }); err != nil {
+			t.Fatalf("%d bytes expected: %v", len(data), err)
+		}
+
+		// Retention (§4): process/read returns only the newest ~1 MiB, contiguous up to the newest
+		// output, and it is exactly the tail of what the child wrote.
+		r, err := c.Read(ctx, wiretest.ReadParams{ProcessID: "big"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lastOut uint64
+		for _, e := range w.Log.Events {
+			lastOut = max(lastOut, e.Seq)
+		}
+		var seqs []uint64
+		for _, ch := range r.Chunks {
+			seqs = append(seqs, ch.Seq)
+		}
+		if len(seqs) == 0 || seqs[0] <= 1 || seqs[len(seqs)-1] != lastOut || r.NextSeq != lastOut+1 || r.Exited {
+			t.Errorf("retained chunks: seqs %v nextSeq %d exited %v, want the newest ones ending at seq %d (first seq > 1), nextSeq %d, running",
+				seqs, r.NextSeq, r.Exited, lastOut, lastOut+1)
+		}
+		for i := 1; i < len(seqs); i++ {
+			if seqs[i] != seqs[i-1]+1 {
+				t.Errorf("retained chunks have a gap between seq %d and %d", seqs[i-1], seqs[i])
+				break
+			}
+		}
+		tail := r.Bytes()
+		if len(tail) > 1<<20 || len(tail) < 512<<10 {
+			t.Errorf("retained %d bytes, want the last 1 MiB (at most 1048576, and not much less)", len(tail))
+		}
+		if !bytes.HasSuffix(data, tail) {
+			t.Errorf("retained bytes are not the tail of the output")
+		}
+
+		release(t, rel)
+		l, err := w.WaitClosed(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.CheckSequence(); err != nil {
+			t.Error(err)
+		}
+		out := l.Output("stdout")
+		if !bytes.Equal(out, data) {
+			t.Errorf("got %d bytes (sha256 %x), want the file's %d bytes (sha256 %x)", len(out), sha256.Sum256(out), len(data), sha256.Sum256(data))
+		}
+		if len(l.Output()) != len(out) {
+			t.Errorf("output on streams other than stdout")
+		}
+		if code := exitCodeOf(t, l); code != 0 {
+			t.Errorf("exit code %d", code)
+		}
+	})
+}
+
+// PROTOCOL.md §1: large inbound messages (well under the 64 MiB limit) are accepted on both
+// transports, and a big write reaches the child intact.
+func TestLargeInput(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		dir := t.TempDir()
+		const size = 2 << 20 // 2.7 MiB of base64 in one message
+		data := randomBytes(size, 2)
+		ctx := tctx(t, 90*time.Second)
+		mustStart(t, c, wiretest.StartParams{ProcessID: "head", Argv: []string{"head", "-c", fmt.Sprint(size)}, Cwd: dir, Env: baseEnv(), PipeStdin: true})
+		if st, err := c.Write(ctx, "head", data, "big-write"); err != nil || st != "accepted" {
+			t.Fatalf("write of %d bytes: %q %v", size, st, err)
+		}
+		l, err := c.CollectProcess(ctx, "head")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := l.Output("stdout"); !bytes.Equal(out, data) {
+			t.Errorf("echoed %d bytes (sha256 %x), want %d (sha256 %x)", len(out), sha256.Sum256(out), len(data), sha256.Sum256(data))
+		}
+		if code := exitCodeOf(t, l); code != 0 {
+			t.Errorf("exit code %d", code)
+		}
+	})
+}
+
+// PROTOCOL.md §4 sequencing: output may follow exited (a descendant still writing); closed comes only
+// after the exit and the end of every output stream, and carries the highest seq.
+func TestOutputAfterExit(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, wait)
+		dir := t.TempDir()
+		rel := filepath.Join(dir, "rel")
+		w := c.Watch("late")
+		mustStart(t, c, shProc("late", dir, fmt.Sprintf(`(gate %s; echo late-output; echo late-err >&2) & exit 5`, shq(rel))))
+		if err := w.WaitFor(ctx, func(l *wiretest.ProcessLog) bool { return l.Exited() != nil }); err != nil {
+			t.Fatal(err)
+		}
+		// The background subshell still holds stdout and stderr: the process cannot be closed yet.
+		r, err := c.Read(ctx, wiretest.ReadParams{ProcessID: "late"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Exited || r.Closed || r.ExitCode == nil || *r.ExitCode != 5 {
+			t.Errorf("read after exit, before the streams end: exited %v closed %v exitCode %v; want true false 5", r.Exited, r.Closed, deref(r.ExitCode))
+		}
+		if w.Log.Closed() != nil {
+			t.Errorf("closed arrived while a descendant still holds the output pipes\n%s", w.Log.Summary())
+		}
+		// A long poll after the exit has nothing new to report: it waits, and returns with the late
+		// output once it arrives.
+		exitSeq := w.Log.Exited().Seq
+		poll, err := c.CallAsync(ctx, "process/read", wiretest.ReadParams{ProcessID: "late", AfterSeq: exitSeq, WaitMs: 5000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := call(ctx, c, "environment/status", nil) // answered while the poll waits
+		wantStatusReady(t, "environment/status during a long poll", res, err)
+		release(t, rel)
+		released := time.Now()
+		res, rpcErr, err := poll.Wait(ctx)
+		if err != nil || rpcErr != nil {
+			t.Fatalf("long poll after exit: %v %v", rpcErr, err)
+		}
+		var pr wiretest.ReadResult
+		if err := json.Unmarshal(res, &pr); err != nil {
+			t.Fatal(err)
+		}
+		if len(pr.Chunks) == 0 || pr.Chunks[0].Seq <= exitSeq {
+			t.Errorf("long poll afterSeq %d (the exit) returned %+v; want it to wait for the late output", exitSeq, pr.Chunks)
+		}
+		if d := time.Since(released); d > 3*time.Second {
+			t.Errorf("long poll returned %v after the late output was released", d)
+		}
+		l, err := w.WaitClosed(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.CheckSequence(); err != nil {
+			t.Error(err)
+		}
+		if string(l.Output("stdout")) != "late-output\n" || string(l.Output("stderr")) != "late-err\n" {
+			t.Errorf("late output missing:\n%s", l.Summary())
+		}
+		for _, e := range l.Events {
+			if e.Method == "process/output" && e.Seq < exitSeq {
+				t.Errorf("output seq %d precedes exited seq %d although it was written after the exit\n%s", e.Seq, exitSeq, l.Summary())
+			}
+		}
+		if code := exitCodeOf(t, l); code != 5 {
+			t.Errorf("exit code %d, want 5", code)
+		}
+	})
+}
+
+// PROTOCOL.md §4: each child runs in its own session and process group; arg0 replaces argv[0].
+func TestProcessGroupAndArg0(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		dir := t.TempDir()
+		for _, tty := range []bool{false, true} {
+			id := fmt.Sprintf("pg-%v", tty)
+			p := shProc(id, dir, `read -r stat < /proc/$$/stat; echo "$$ ${stat##*) }"`)
+			p.TTY = tty
+			mustStart(t, c, p)
+			out := strings.Fields(string(mustCollect(t, c, id).Output()))
+			// out: pid state ppid pgrp session ...
+			if len(out) < 5 || out[0] != out[3] || out[0] != out[4] {
+				t.Errorf("tty %v: pid/state/ppid/pgrp/session = %v, want pgrp and session equal to the pid", tty, out)
+			}
+		}
+		arg0 := "my-arg0"
+		mustStart(t, c, wiretest.StartParams{ProcessID: "arg0", Argv: []string{"cat", "/proc/self/cmdline"}, Cwd: dir, Env: baseEnv(), Arg0: &arg0})
+		if got := string(mustCollect(t, c, "arg0").Output()); got != "my-arg0\x00/proc/self/cmdline\x00" {
+			t.Errorf("cmdline with arg0: %q", got)
+		}
+	})
+}
+
+// Many concurrent processes on one connection.
+func TestManyConcurrentProcesses(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		dir := t.TempDir()
+		const n = 50
+		var wg sync.WaitGroup
+		for k := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := tctx(t, 60*time.Second)
+				id := fmt.Sprintf("many-%02d", k)
+				script := fmt.Sprintf(`i=0; while [ $i -lt 20 ]; do echo "proc %d line $i"; i=$((i+1)); done; exit %d`, k, k%5)
+				if err := c.Start(ctx, shProc(id, dir, script)); err != nil {
+					t.Errorf("start %s: %v", id, err)
+					return
+				}
+				l, err := c.CollectProcess(ctx, id)
+				if err != nil {
+					t.Errorf("%s: %v", id, err)
+					return
+				}
+				if err := l.CheckSequence(); err != nil {
+					t.Error(err)
+				}
+				var want strings.Builder
+				for i := range 20 {
+					fmt.Fprintf(&want, "proc %d line %d\n", k, i)
+				}
+				if got := string(l.Output("stdout")); got != want.String() {
+					t.Errorf("%s: output %q, want %q", id, got, want.String())
+				}
+				if e := l.Exited(); e == nil || e.ExitCode == nil || *e.ExitCode != k%5 {
+					t.Errorf("%s: want exit code %d\n%s", id, k%5, l.Summary())
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
