@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
+	"syscall"
 )
 
 // StdioTransport frames one JSON message per line over a reader and a
@@ -42,6 +44,10 @@ func NewStdioTransport(r io.Reader, w io.Writer, maxMessage int) *StdioTransport
 	}
 	t.rclose, _ = r.(io.Closer)
 	t.wclose, _ = w.(io.Closer)
+	// Pipes default to 64 KiB: a large message would take several
+	// fill/drain round trips between the two processes.
+	enlargePipe(r)
+	enlargePipe(w)
 	return t
 }
 
@@ -110,4 +116,24 @@ func (t *StdioTransport) Close() error {
 		}
 	})
 	return nil
+}
+
+// stdioPipeSize is the capacity asked for stdio pipes (F_SETPIPE_SZ).
+const stdioPipeSize = 1 << 20
+
+// enlargePipe grows v's pipe if it is one; anything else (a terminal, a
+// file, a limit) is left as it is.
+func enlargePipe(v any) {
+	f, ok := v.(*os.File)
+	if !ok {
+		return
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		const fSetPipeSz = 1031 // F_SETPIPE_SZ (Linux); EINVAL/EBADF elsewhere
+		_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, fd, fSetPipeSz, stdioPipeSize)
+	})
 }
