@@ -52,6 +52,33 @@ func (cf *clientFlags) backend(ctx context.Context) (runtime.Backend, error) {
 	return cf.dial(ctx, runtime.ClientOptions{ClientName: "runtimed-cli"})
 }
 
+// commandFlags are the flags of commands that start a process (exec, stdio).
+type commandFlags struct {
+	clientFlags
+	envs stringList
+	cwd  string
+}
+
+func (cf *commandFlags) register(fs *flag.FlagSet) {
+	cf.clientFlags.register(fs, false)
+	fs.Var(&cf.envs, "env", "KEY=VALUE laid over the server's environment (repeatable)")
+	fs.StringVar(&cf.cwd, "cwd", "", "working directory on the runtime (default: the current directory)")
+}
+
+// spec is the process the command starts: argv with the server's
+// environment (envPolicy inherit all) plus --env, a writable stdin.
+func (cf *commandFlags) spec(argv []string) (runtime.Spec, error) {
+	env, err := parseEnv(cf.envs)
+	if err != nil {
+		return runtime.Spec{}, err
+	}
+	dir := cf.cwd
+	if dir == "" {
+		dir, _ = os.Getwd()
+	}
+	return runtime.Spec{Argv: argv, Dir: dir, Env: env, EnvPolicy: &runtime.EnvPolicy{Inherit: "all"}, PipeStdin: true}, nil
+}
+
 func parseEnv(kvs []string) (map[string]string, error) {
 	env := map[string]string{}
 	for _, kv := range kvs {
@@ -68,12 +95,9 @@ func parseEnv(kvs []string) (map[string]string, error) {
 func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("runtimed exec", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs, false)
+	var cf commandFlags
+	cf.register(fs)
 	tty := fs.Bool("t", false, "run on a terminal: raw local terminal, window size forwarded, restored on exit")
-	var envs stringList
-	fs.Var(&envs, "env", "KEY=VALUE laid over the server's environment (repeatable)")
-	cwd := fs.String("cwd", "", "working directory on the runtime (default: the current directory)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: runtimed exec [--connect URL] [-t] [--env K=V]... [--cwd DIR] -- CMD [ARGS...]")
 		fs.PrintDefaults()
@@ -86,13 +110,10 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	env, err := parseEnv(envs)
+	spec, err := cf.spec(argv)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed exec:", err)
 		return 2
-	}
-	if *cwd == "" {
-		*cwd, _ = os.Getwd()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -102,7 +123,6 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer b.Close()
-	spec := runtime.Spec{Argv: argv, Dir: *cwd, Env: env, EnvPolicy: &runtime.EnvPolicy{Inherit: "all"}, PipeStdin: true}
 	var restore func()
 	if *tty {
 		f, ok := stdin.(*os.File)
@@ -226,11 +246,8 @@ func copyOutput(ctx context.Context, p runtime.Process, stdout, stderr io.Writer
 func stdioCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("runtimed stdio", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cf clientFlags
-	cf.register(fs, false)
-	var envs stringList
-	fs.Var(&envs, "env", "KEY=VALUE laid over the server's environment (repeatable)")
-	cwd := fs.String("cwd", "", "working directory on the runtime (default: the current directory)")
+	var cf commandFlags
+	cf.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: runtimed stdio [--connect URL] [--env K=V]... [--cwd DIR] -- CMD [ARGS...]")
 		fs.PrintDefaults()
@@ -242,13 +259,10 @@ func stdioCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	env, err := parseEnv(envs)
+	spec, err := cf.spec(fs.Args())
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
 		return 2
-	}
-	if *cwd == "" {
-		*cwd, _ = os.Getwd()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -258,7 +272,7 @@ func stdioCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer b.Close()
-	p, err := b.Start(ctx, runtime.Spec{Argv: fs.Args(), Dir: *cwd, Env: env, EnvPolicy: &runtime.EnvPolicy{Inherit: "all"}, PipeStdin: true})
+	p, err := b.Start(ctx, spec)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
 		return 127
