@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -34,7 +36,7 @@ func TestMain(m *testing.M) {
 		os.Stdout.Write(b)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 type helperRequest struct {

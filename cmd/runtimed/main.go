@@ -1,8 +1,3 @@
-// Command runtimed is the runtimed daemon and its command-line client.
-//
-//	runtimed serve [--listen ws://127.0.0.1:0 | stdio://] [flags]
-//
-// Run "runtimed help" for the full list.
 package main
 
 import (

@@ -1,22 +1,3 @@
-// Package wiretest is a black-box test harness for the runtimed wire protocol (shared/PROTOCOL.md).
-//
-// It builds and runs the real runtimed binary and talks raw JSON to it over a websocket or over the
-// stdio transport. It deliberately imports nothing from the server's own packages, so it checks the
-// protocol as a client sees it.
-//
-//	bin, _ := wiretest.BuildBinary(dir)                 // once, in TestMain
-//	srv := wiretest.StartWS(t, bin, "--detach-ttl", "1s") // or: c := wiretest.StartStdio(t, bin)
-//	c, _ := wiretest.DialWS(ctx, srv.URL, nil)
-//	defer c.Close()
-//	sid, _ := c.Initialize(ctx)                          // initialize + initialized
-//	_ = c.Start(ctx, wiretest.StartParams{ProcessID: "p", Argv: []string{"echo", "hi"}, Cwd: "/", Env: env})
-//	log, _ := c.CollectProcess(ctx, "p")                 // output/exited/closed, sorted by seq
-//	_ = log.CheckSequence()                              // 1..n, one exited, closed last
-//
-// Lower level: Call/CallID/CallAsync/Request send requests and match responses by id (strings by value,
-// numbers by literal text); Notify and SendRaw send anything; WaitResponse, RecvRaw, Unclaimed and
-// Garbage expose what no caller consumed; WaitNotification/TakeNotifications/Notifications query the
-// notification buffer; Watch follows one process incrementally. Every wait is bounded by its context.
 package wiretest
 
 import (

@@ -1,0 +1,34 @@
+// Command runtimed is the runtimed daemon, its command-line client and its
+// benchmark.
+//
+// # Usage
+//
+//	runtimed serve [--listen ws://127.0.0.1:0 | stdio://] [flags]   the daemon
+//	runtimed exec [--connect URL] [-t] -- CMD ARGS...                run a command, exit with its code
+//	runtimed stdio [--connect URL] -- CMD ARGS...                    bridge stdin/stdout byte for byte
+//	runtimed ps --connect URL --session ID                           list a session's processes
+//	runtimed fs cat|put|ls|stat [--connect URL] PATH                 files on the server (or here)
+//	runtimed bench (--connect URL | --spawn CMD [--stdio])           measure a compatible server
+//
+// Without --connect, exec, stdio and fs run through an embedded runtime.
+//
+// # Concurrency
+//
+// serve runs one runtime.Server; each command is a short-lived client. In
+// stdio mode stdout carries only the protocol; logs always go to stderr.
+//
+// # Failure semantics
+//
+// Usage errors exit 2 with a message on stderr; a command that cannot start
+// its process exits 127; exec and stdio otherwise exit with the process's
+// own code (128+N when killed by signal N). serve exits 0 after a graceful
+// shutdown on SIGINT/SIGTERM (children get SIGTERM, then SIGKILL after
+// --shutdown-grace).
+//
+// # Backpressure
+//
+// exec and stdio forward stdin with writes that wait for the server to
+// accept them, so a child that does not read slows the local reader; output
+// is streamed through runtime.EventStream, which recovers from lag without
+// losing or repeating bytes.
+package main

@@ -1,0 +1,38 @@
+// Package wiretest is a black-box test harness for the runtimed wire protocol (shared/PROTOCOL.md).
+//
+// It builds and runs the real runtimed binary and talks raw JSON to it over a websocket or over the
+// stdio transport. It deliberately imports nothing from the server's own packages, so it checks the
+// protocol as a client sees it.
+//
+//	bin, _ := wiretest.BuildBinary(dir)                 // once, in TestMain
+//	srv := wiretest.StartWS(t, bin, "--detach-ttl", "1s") // or: c := wiretest.StartStdio(t, bin)
+//	c, _ := wiretest.DialWS(ctx, srv.URL, nil)
+//	defer c.Close()
+//	sid, _ := c.Initialize(ctx)                          // initialize + initialized
+//	_ = c.Start(ctx, wiretest.StartParams{ProcessID: "p", Argv: []string{"echo", "hi"}, Cwd: "/", Env: env})
+//	log, _ := c.CollectProcess(ctx, "p")                 // output/exited/closed, sorted by seq
+//	_ = log.CheckSequence()                              // 1..n, one exited, closed last
+//
+// Lower level: Call/CallID/CallAsync/Request send requests and match responses by id (strings by value,
+// numbers by literal text); Notify and SendRaw send anything; WaitResponse, RecvRaw, Unclaimed and
+// Garbage expose what no caller consumed; WaitNotification/TakeNotifications/Notifications query the
+// notification buffer; Watch follows one process incrementally. Every wait is bounded by its context.
+//
+// # Concurrency
+//
+// A Client has one reader goroutine that matches responses to callers by id
+// and buffers notifications; its methods may be called from any goroutine.
+// A Server is a child process; its methods may be called concurrently.
+//
+// # Failure semantics
+//
+// Every wait is bounded by its context; a dropped connection ends pending
+// calls with an error, and Done/Err report why. Servers are stopped (and
+// their stderr logged on failure) in t.Cleanup.
+//
+// # Backpressure
+//
+// The notification buffer keeps unread notifications for
+// NotificationRetention and then drops them, so a test that ignores
+// notifications cannot grow memory without bound; responses are never dropped.
+package wiretest
