@@ -312,6 +312,7 @@ func (catchUpMsg) isClientMsg()         {}
 type callResult struct {
 	result json.RawMessage
 	err    error
+	resent bool // the request was sent again after a reconnect
 }
 
 type pendingCall struct {
@@ -542,10 +543,10 @@ func (st *clientState) inbound(msg wire.Message) {
 		if len(msg.Error) > 0 {
 			var e RPCError
 			_ = json.Unmarshal(msg.Error, &e)
-			p.reply <- callResult{err: &e}
+			p.reply <- callResult{err: &e, resent: p.resent}
 			return
 		}
-		p.reply <- callResult{result: msg.Result}
+		p.reply <- callResult{result: msg.Result, resent: p.resent}
 	case wire.KindNotification:
 		st.notification(msg)
 	}
@@ -818,40 +819,51 @@ func (c *Client) call(ctx context.Context, method string, params any, out any) e
 }
 
 func (c *Client) callRaw(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	r := c.callResult(ctx, method, params)
+	return r.result, r.err
+}
+
+// callResult is callRaw that also says whether the request was resent.
+func (c *Client) callResult(ctx context.Context, method string, params any) callResult {
+	raw, resent, err := c.callRawResent(ctx, method, params)
+	return callResult{result: raw, err: err, resent: resent}
+}
+
+func (c *Client) callRawResent(ctx context.Context, method string, params any) (json.RawMessage, bool, error) {
 	if err := c.Err(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	id := c.nextID.Add(1)
 	frame, err := wire.AppendRequest(nil, wire.IntID(id), method, params)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	reply := make(chan callResult, 1)
 	select {
 	case c.mbox <- callMsg{id: id, frame: frame, method: method, reply: reply}:
 	case <-c.failed:
-		return nil, c.cause
+		return nil, false, c.cause
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	select {
 	case c.outbound <- frame:
 	case r := <-reply:
-		return r.result, r.err
+		return r.result, r.resent, r.err
 	case <-c.failed:
-		return nil, c.cause
+		return nil, false, c.cause
 	case <-ctx.Done():
 		c.toActor(cancelCallMsg{id: id})
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	select {
 	case r := <-reply:
-		return r.result, r.err
+		return r.result, r.resent, r.err
 	case <-c.failed:
-		return nil, c.cause
+		return nil, false, c.cause
 	case <-ctx.Done():
 		c.toActor(cancelCallMsg{id: id})
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 }
 
@@ -906,9 +918,14 @@ func (c *Client) Start(ctx context.Context, spec Spec) (Process, error) {
 	if p := spec.EnvPolicy; p != nil {
 		params.EnvPolicy = &wire.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
 	}
-	if err := c.call(ctx, wire.MethodProcessStart, params, nil); err != nil {
-		c.toActor(forgetProcMsg{id: spec.ID})
-		return nil, err
+	if r := c.callResult(ctx, wire.MethodProcessStart, params); r.err != nil {
+		var re *RPCError
+		if !(r.resent && errors.As(r.err, &re) && re.Message == wire.ErrProcessExists(spec.ID).Message) {
+			c.toActor(forgetProcMsg{id: spec.ID})
+			return nil, r.err
+		}
+		// Our own start, resent after a reconnect, found the process it had
+		// started before the drop: that is success.
 	}
 	return &remoteProcess{c: c, rp: rp, id: spec.ID}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -200,5 +201,67 @@ while [ $i -lt 3000 ]; do echo line$i; i=$((i+1)); done`
 	// Writes and reads keep working on the resumed session.
 	if _, err := c.EnvironmentStatus(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// losesStartAnswer drops the connection instead of delivering the answer
+// to the first process/start, as a network failure at the worst moment would.
+type losesStartAnswer struct {
+	*cuttable
+	startID string
+	done    *atomic.Bool
+}
+
+func (l *losesStartAnswer) ReadMessage(ctx context.Context) ([]byte, error) {
+	msg, err := l.cuttable.ReadMessage(ctx)
+	if err == nil && !l.done.Load() && strings.Contains(string(msg), `"result":{"processId":"`+l.startID+`"}`) {
+		l.done.Store(true)
+		l.cut()
+		return nil, errors.New("connection reset (test)")
+	}
+	return msg, err
+}
+
+// A start that succeeded but whose answer was lost is resent after the
+// reconnect; "already exists" for our own resent start is success.
+func TestClientReconnectStartAnswerLost(t *testing.T) {
+	ws := startWSServer(t, Config{})
+	var lost atomic.Bool
+	opts := &ClientOptions{
+		Reconnect: true,
+		DialTransport: func(ctx context.Context) (wire.Transport, error) {
+			tr, err := wire.DialWebsocket(ctx, ws.url, nil, 0)
+			if err != nil {
+				return nil, err
+			}
+			return &losesStartAnswer{cuttable: &cuttable{Transport: tr}, startID: "lost", done: &lost}, nil
+		},
+	}
+	c, err := Dial(ctxT(t), ws.url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxT(t)
+	p, err := c.Start(ctx, Spec{ID: "lost", Argv: []string{"sh", "-c", "echo once; exit 4"}, Dir: "/", Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatalf("start whose answer was lost: %v", err)
+	}
+	if !lost.Load() {
+		t.Fatal("the test transport never dropped the start answer")
+	}
+	st, err := p.Wait(ctx)
+	if err != nil || st.Code != 4 {
+		t.Fatalf("wait: %+v %v", st, err)
+	}
+	r, err := p.Read(ctx, 0, 0, 0)
+	if err != nil || len(r.Chunks) != 1 || string(r.Chunks[0].Data) != "once\n" {
+		t.Fatalf("the process ran once: %+v %v", r, err)
+	}
+	// A genuine duplicate is still refused.
+	var re *RPCError
+	if _, err := c.Start(ctx, Spec{ID: "lost", Argv: []string{"true"}, Dir: "/"}); err == nil || !errors.As(err, &re) {
+		// the closed process is retained: the server refuses the id
+		t.Fatalf("duplicate start after close: %v", err)
 	}
 }
