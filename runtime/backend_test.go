@@ -504,3 +504,42 @@ func TestBackendResizeListAndGraceKill(t *testing.T) {
 		}
 	})
 }
+
+// Concurrent starts of one id: exactly one wins, the others get the
+// protocol's duplicate error (and nothing panics).
+func TestBackendConcurrentStartSameID(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b Backend) {
+		ctx := ctxT(t)
+		const n = 8
+		errs := make(chan error, n)
+		procs := make(chan Process, n)
+		for i := 0; i < n; i++ {
+			go func() {
+				p, err := b.Start(ctx, Spec{ID: "same", Argv: []string{"sleep", "1000"}, Dir: "/"})
+				if err == nil {
+					procs <- p
+				}
+				errs <- err
+			}()
+		}
+		won := 0
+		for i := 0; i < n; i++ {
+			err := <-errs
+			var re *RPCError
+			switch {
+			case err == nil:
+				won++
+			case errors.As(err, &re) && re.Message == "process same already exists":
+			default:
+				t.Errorf("start: %v", err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("%d starts of one id succeeded; want 1", won)
+		}
+		p := <-procs
+		if _, err := p.Terminate(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

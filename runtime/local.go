@@ -28,8 +28,9 @@ type Local struct {
 	sup    *actors.Supervisor
 	nextID atomic.Uint64
 
-	mu    sync.Mutex // guards procs only; never held while calling an actor
-	procs map[string]*actors.ProcessRef
+	mu     sync.Mutex // guards procs and starts only; never held while calling an actor
+	procs  map[string]*actors.ProcessRef
+	starts int
 }
 
 // NewLocal starts an embedded runtime. cfg's zero value means the defaults;
@@ -68,11 +69,19 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		return nil, err
 	}
 	l.mu.Lock()
-	if ref, ok := l.procs[spec.ID]; ok && ref.Alive() {
+	if ref, ok := l.procs[spec.ID]; ok && (ref == nil || ref.Alive()) { // nil: another Start is spawning it
 		l.mu.Unlock()
 		return nil, rpcErr(wire.ErrProcessExists(spec.ID))
 	}
 	l.procs[spec.ID] = nil // reserve the id while spawning
+	if l.starts++; l.starts%256 == 0 {
+		// Forget processes whose retention ended (their ids are free).
+		for id, ref := range l.procs {
+			if ref != nil && !ref.Alive() {
+				delete(l.procs, id)
+			}
+		}
+	}
 	l.mu.Unlock()
 	ref, err := l.sup.Spawn(spec.ID, as, nil)
 	l.mu.Lock()
