@@ -28,6 +28,9 @@ const (
 	// connResponsesCap bounds encoded responses waiting for the writer; a full
 	// queue blocks whoever produced the response (the reader or a waiter).
 	connResponsesCap = 256
+	// connFsQueueCap bounds fs requests waiting for the connection's fs
+	// worker; a full queue makes the reader wait (ctx-bounded).
+	connFsQueueCap = 64
 	// connInflightCap bounds requests answered later (long polls, writes); the
 	// reader stops reading when it is reached.
 	connInflightCap = 4096
@@ -87,7 +90,8 @@ const (
 // conn is the connection actor.
 //
 // Immutable: sup, t, opts, log, ctx, fail, events, responses, inflight, wtok.
-// Owned by the reader (ServeConn's goroutine): hs, session, apps, files.
+// Owned by the reader (ServeConn's goroutine): hs, session, apps, fsq's
+// creation. The fs worker owns the fs/open handles.
 // The transport's write side is owned by whoever holds wtok's token: the
 // writer goroutine while it drains the queues, or a goroutine answering a
 // request when the token is free (it never waits for it).
@@ -112,7 +116,7 @@ type conn struct {
 	hs      handshake
 	session *SessionTable
 	apps    map[string]*appProc // app-server dialect handles of this connection
-	files   fsops.Handles       // fs/open handles of this connection
+	fsq     chan wire.Message   // to the fs worker, started on the first fs request
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -145,7 +149,6 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 	c.readLoop()
 	c.wg.Wait()
 	c.discardApps()
-	c.files.CloseAll()
 	stopWatch()
 	t.Close()
 	cause := context.Cause(cctx)
@@ -295,10 +298,7 @@ func (c *conn) request(msg wire.Message) {
 		return
 	}
 	if family == "filesystem" {
-		// fs methods run inline, in arrival order: a client may pipeline a
-		// write and a read of the same file.
-		res, ferr := fsops.Handle(msg.Method, msg.Params, c.sup.cfg.FsRoots, &c.files)
-		c.reply(msg.ID, res, ferr)
+		c.fs(msg)
 		return
 	}
 	switch msg.Method {
@@ -787,4 +787,34 @@ func encodeEvent(dst []byte, ev Event) []byte {
 
 func sortInfos(infos []wire.ProcessInfo) {
 	sort.Slice(infos, func(i, j int) bool { return infos[i].ProcessID < infos[j].ProcessID })
+}
+
+// fs hands an fs/* request to the connection's fs worker. The worker runs
+// them one at a time in arrival order (a client may pipeline a write and a
+// read of one file) and owns the connection's fs/open handles, so a large
+// copy or read never holds up the reader, process requests or long polls.
+func (c *conn) fs(msg wire.Message) {
+	if c.fsq == nil {
+		c.fsq = make(chan wire.Message, connFsQueueCap)
+		c.wg.Go(c.fsWorker)
+	}
+	select {
+	case c.fsq <- msg:
+	case <-c.ctx.Done():
+	}
+}
+
+// fsWorker is the fs worker goroutine; it owns files, closed when it ends.
+func (c *conn) fsWorker() {
+	var files fsops.Handles
+	defer files.CloseAll()
+	for {
+		select {
+		case msg := <-c.fsq:
+			res, ferr := fsops.Handle(msg.Method, msg.Params, c.sup.cfg.FsRoots, &files)
+			c.reply(msg.ID, res, ferr)
+		case <-c.ctx.Done():
+			return
+		}
+	}
 }

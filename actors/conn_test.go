@@ -322,3 +322,35 @@ func TestProcessLimit(t *testing.T) {
 	c.waitNote(func(m map[string]any) bool { return m["method"] == "process/closed" && params(m)["processId"] == "a" })
 	mustOK(t, start("c")) // a closed process no longer counts
 }
+
+// fs requests run on the connection's fs worker in arrival order: a read
+// pipelined right behind a write sees it; the reader meanwhile keeps
+// answering other requests.
+func TestFsRequestsKeepOrderOffTheReader(t *testing.T) {
+	sup := newTestSupervisor(t, 1<<20, 50_000)
+	c := startConn(t, sup, true)
+	f := filepath.Join(t.TempDir(), "f")
+	for i := 0; i < 20; i++ {
+		data := base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("version %d", i)))
+		c.send(fmt.Sprintf(`{"id":"w%d","method":"fs/writeFile","params":{"path":%q,"dataBase64":%q}}`, i, f, data))
+		c.send(fmt.Sprintf(`{"id":"r%d","method":"fs/readFile","params":{"path":%q}}`, i, f))
+	}
+	c.send(`{"id":"status","method":"environment/status"}`)
+	got := map[string]map[string]any{}
+	for len(got) < 41 {
+		m := c.recv()
+		if id, ok := m["id"].(string); ok {
+			got[id] = m
+		}
+	}
+	for i := 0; i < 20; i++ {
+		r, _ := got[fmt.Sprintf("r%d", i)]["result"].(map[string]any)
+		b, _ := base64.StdEncoding.DecodeString(fmt.Sprint(r["dataBase64"]))
+		if string(b) != fmt.Sprintf("version %d", i) {
+			t.Fatalf("read %d saw %q: fs requests ran out of order", i, b)
+		}
+	}
+	if got["status"]["result"] == nil {
+		t.Fatalf("environment/status: %v", got["status"])
+	}
+}

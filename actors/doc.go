@@ -20,8 +20,9 @@
 // stdin writer (writes and closes stdin in order). Readers wait in the
 // runtime poller and the waiter reaps through a pidfd, so an idle child
 // costs no thread. A connection actor (ServeConn's goroutine) owns the
-// handshake state, the session's routing table, the app-server handles and
-// the fs/open handles. The transport's write side belongs to whoever holds
+// handshake state, the session's routing table and the app-server handles;
+// its fs worker goroutine (started on the first fs request) runs fs/*
+// requests in arrival order and owns the fs/open handles. The transport's write side belongs to whoever holds
 // the connection's one-slot write token: its writer goroutine while it
 // drains the queues (and encodes events), or a goroutine answering a
 // request when the token is free; nobody ever waits for the token but the
