@@ -68,8 +68,7 @@ func (c *conn) appLookup(handle string) (*appProc, bool) {
 
 func (c *conn) spawnApp(msg wire.Message) {
 	var p wire.SpawnParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
 	if len(p.Command) == 0 {
@@ -210,17 +209,15 @@ func (c *conn) notify(method string, params any) {
 
 func (c *conn) writeStdinApp(msg wire.Message) {
 	var p wire.WriteStdinParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
 	if p.DeltaBase64 == nil && !p.CloseStdin {
 		c.reply(msg.ID, nil, wire.ErrWriteStdinEmpty())
 		return
 	}
-	a, ok := c.appLookup(p.ProcessHandle)
+	a, ok := c.app(msg, p.ProcessHandle)
 	if !ok {
-		c.reply(msg.ID, nil, wire.ErrNoActiveHandle(p.ProcessHandle))
 		return
 	}
 	if !a.streamStdin {
@@ -267,13 +264,11 @@ func (c *conn) writeStdinApp(msg wire.Message) {
 
 func (c *conn) resizeApp(msg wire.Message) {
 	var p wire.ResizePtyParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
-	a, ok := c.appLookup(p.ProcessHandle)
+	a, ok := c.app(msg, p.ProcessHandle)
 	if !ok {
-		c.reply(msg.ID, nil, wire.ErrNoActiveHandle(p.ProcessHandle))
 		return
 	}
 	if err := a.ref.Resize(c.ctx, p.Size.Rows, p.Size.Cols); err != nil {
@@ -289,13 +284,11 @@ func (c *conn) resizeApp(msg wire.Message) {
 
 func (c *conn) killApp(msg wire.Message) {
 	var p wire.HandleParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
-	a, ok := c.appLookup(p.ProcessHandle)
+	a, ok := c.app(msg, p.ProcessHandle)
 	if !ok {
-		c.reply(msg.ID, nil, wire.ErrNoActiveHandle(p.ProcessHandle))
 		return
 	}
 	_, _ = a.ref.Terminate(c.ctx, 0)
@@ -323,4 +316,14 @@ func withoutVars(env []string, names map[string]bool) []string {
 		}
 	}
 	return out
+}
+
+// app looks up an active app-server process, answering the dialect's
+// "no active process" error itself when there is none.
+func (c *conn) app(msg wire.Message, handle string) (*appProc, bool) {
+	a, ok := c.appLookup(handle)
+	if !ok {
+		c.reply(msg.ID, nil, wire.ErrNoActiveHandle(handle))
+	}
+	return a, ok
 }

@@ -333,8 +333,7 @@ func (c *conn) request(msg wire.Message) {
 
 func (c *conn) initialize(msg wire.Message) {
 	var p wire.InitializeParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
 	if c.hs != hsNone {
@@ -381,8 +380,7 @@ func (c *conn) subscriber() Subscriber {
 
 func (c *conn) start(msg wire.Message) {
 	var p wire.StartParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
 	if len(p.Argv) == 0 {
@@ -462,13 +460,11 @@ func (c *conn) deferred(wait func()) {
 
 func (c *conn) read(msg wire.Message) {
 	var p wire.ReadParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
-	ref, ok := c.session.Lookup(p.ProcessID)
+	ref, ok := c.process(msg, p.ProcessID)
 	if !ok {
-		c.reply(msg.ID, nil, wire.ErrUnknownProcess(p.ProcessID))
 		return
 	}
 	maxBytes := 0
@@ -531,8 +527,7 @@ func readResult(r ReadReply) wire.ReadResult {
 
 func (c *conn) write(msg wire.Message) {
 	var p wire.WriteParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
 	writeID := ""
@@ -580,8 +575,7 @@ func writeStatus(s WriteStatus) string {
 
 func (c *conn) terminate(msg wire.Message) {
 	var p wire.TerminateParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
 	ref, ok := c.session.Lookup(p.ProcessID)
@@ -613,8 +607,7 @@ var Signals = map[string]syscall.Signal{
 
 func (c *conn) signal(msg wire.Message) {
 	var p wire.SignalParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
 	sig, ok := Signals[p.Signal]
@@ -636,13 +629,11 @@ func (c *conn) signal(msg wire.Message) {
 
 func (c *conn) resize(msg wire.Message) {
 	var p wire.ResizeParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
-	ref, ok := c.session.Lookup(p.ProcessID)
+	ref, ok := c.process(msg, p.ProcessID)
 	if !ok {
-		c.reply(msg.ID, nil, wire.ErrUnknownProcess(p.ProcessID))
 		return
 	}
 	if err := ref.Resize(c.ctx, p.Rows, p.Cols); err != nil {
@@ -658,13 +649,11 @@ func (c *conn) resize(msg wire.Message) {
 
 func (c *conn) closeStdin(msg wire.Message) {
 	var p wire.ProcessParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
-	ref, ok := c.session.Lookup(p.ProcessID)
+	ref, ok := c.process(msg, p.ProcessID)
 	if !ok {
-		c.reply(msg.ID, nil, wire.ErrUnknownProcess(p.ProcessID))
 		return
 	}
 	if err := ref.CloseStdin(c.ctx); err != nil && !errors.Is(err, ErrStopped) {
@@ -676,8 +665,7 @@ func (c *conn) closeStdin(msg wire.Message) {
 
 func (c *conn) list(msg wire.Message) {
 	var p wire.NoParams
-	if e := wire.DecodeParams(msg.Params, &p); e != nil {
-		c.reply(msg.ID, nil, e)
+	if !c.params(msg, &p) {
 		return
 	}
 	out := wire.ListResult{Processes: []wire.ProcessInfo{}}
@@ -817,4 +805,24 @@ func (c *conn) fsWorker() {
 			return
 		}
 	}
+}
+
+// params decodes msg's params into p, answering a decode error itself; it
+// reports whether the handler goes on.
+func (c *conn) params(msg wire.Message, p wire.Params) bool {
+	if e := wire.DecodeParams(msg.Params, p); e != nil {
+		c.reply(msg.ID, nil, e)
+		return false
+	}
+	return true
+}
+
+// process looks up a process of the session, answering -32600 "unknown
+// process id" itself when there is none.
+func (c *conn) process(msg wire.Message, id string) (*ProcessRef, bool) {
+	ref, ok := c.session.Lookup(id)
+	if !ok {
+		c.reply(msg.ID, nil, wire.ErrUnknownProcess(id))
+	}
+	return ref, ok
 }
