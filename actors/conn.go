@@ -117,6 +117,7 @@ type conn struct {
 	session *SessionTable
 	apps    map[string]*appProc // app-server dialect handles of this connection
 	fsq     chan wire.Message   // to the fs worker, started on the first fs request
+	httpm   *httpManager        // the http manager, started on the first http/request
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -274,6 +275,8 @@ var knownMethods = map[string]string{
 	wire.MethodProcessWriteStdin: "exec",
 	wire.MethodProcessResizePty:  "exec",
 	wire.MethodProcessKill:       "exec",
+	wire.MethodEnvironmentInfo:   "environment info",
+	wire.MethodHTTPRequest:       "http",
 }
 
 func (c *conn) request(msg wire.Message) {
@@ -328,6 +331,10 @@ func (c *conn) request(msg wire.Message) {
 		c.resizeApp(msg)
 	case wire.MethodProcessKill:
 		c.killApp(msg)
+	case wire.MethodEnvironmentInfo:
+		c.environment(msg)
+	case wire.MethodHTTPRequest:
+		c.httpRequest(msg)
 	}
 }
 
@@ -371,7 +378,7 @@ func (c *conn) initialize(msg wire.Message) {
 	c.session = table
 	c.hs = hsInitialized
 	c.log = c.log.With(zap.String("session_id", table.ID))
-	c.reply(msg.ID, wire.InitializeResult{SessionID: table.ID}, nil)
+	c.reply(msg.ID, wire.InitializeResult{SessionID: table.ID, EnvironmentInfo: c.sup.envInfo}, nil)
 }
 
 func (c *conn) subscriber() Subscriber {
@@ -387,7 +394,11 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrEmptyArgv())
 		return
 	}
-	if len(p.Sandbox) > 0 && string(p.Sandbox) != "null" {
+	if e := managedNetworkError(&p, sandboxRequested(&p)); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	if sandboxRequested(&p) {
 		c.reply(msg.ID, nil, wire.ErrSandbox())
 		return
 	}
@@ -404,7 +415,7 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
 		return
 	}
-	spec := Spec{Argv: p.Argv, Dir: dir, TTY: p.TTY, PipeStdin: p.PipeStdin}
+	spec := Spec{Argv: p.Argv, Dir: dir, TTY: p.TTY, PipeStdin: p.PipeStdin, Metadata: processMetadata(p.Metadata)}
 	if p.Arg0 != nil {
 		spec.Arg0 = *p.Arg0
 	}
@@ -426,7 +437,7 @@ func (c *conn) start(msg wire.Message) {
 		return
 	}
 	c.session.Procs[p.ProcessID] = ref
-	c.reply(msg.ID, wire.ProcessIDResult{ProcessID: p.ProcessID}, nil)
+	c.reply(msg.ID, startResult(p.ProcessID, false), nil)
 }
 
 // absPath accepts an absolute path or a file: URI.
@@ -678,7 +689,7 @@ func (c *conn) list(msg wire.Message) {
 		if err != nil {
 			continue
 		}
-		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq}
+		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Metadata: wireMetadata(ref.Metadata())}
 		if info.State >= StateExited {
 			code := info.ExitCode
 			wi.ExitCode = &code
@@ -768,6 +779,8 @@ func encodeEvent(dst []byte, ev Event) []byte {
 		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
 	case EventExited:
 		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode)
+	case EventMessage:
+		return append(dst, ev.Data...)
 	default:
 		return wire.AppendClosedNotification(dst, ev.ProcessID, ev.Seq)
 	}

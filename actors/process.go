@@ -290,6 +290,7 @@ type ProcessRef struct {
 	done    <-chan struct{}
 	closedC <-chan struct{}
 	final   *finalState
+	meta    *Metadata // set by the supervisor before the ref is shared
 }
 
 // finalState is written by the process actor before it closes closedC and

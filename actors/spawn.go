@@ -27,6 +27,8 @@ type Spec struct {
 	// Timeout, if > 0, kills the process group after this long; the exit
 	// code is then TimeoutExitCode (the app-server dialect's timeoutMs).
 	Timeout time.Duration
+	// Metadata, if set, is kept with the process (see ProcessRef.Metadata).
+	Metadata *Metadata
 }
 
 // pipeSize is the capacity requested for output pipes (F_SETPIPE_SZ).

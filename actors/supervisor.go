@@ -9,6 +9,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors/fsops"
+	"github.com/runtimed/runtimed/actors/hostenv"
+	"github.com/runtimed/runtimed/wire"
 )
 
 // Config configures a Supervisor. Zero values are replaced by defaults in
@@ -22,7 +24,22 @@ type Config struct {
 	MaxProcesses int
 	// FsRoots confines the fs/* methods (zero value: the whole filesystem).
 	FsRoots fsops.Roots
-	Logger  *zap.Logger
+	// Environment is the host as environment/info reports it (collected
+	// once by package runtime), and Capabilities the optional features the
+	// server provides (its capabilities map).
+	Environment  hostenv.Info
+	Capabilities wire.Capabilities
+	// HTTP configures http/request.
+	HTTP   HTTPConfig
+	Logger *zap.Logger
+}
+
+// HTTPConfig configures http/request.
+type HTTPConfig struct {
+	// Enabled: when false, http/request is refused (-32602).
+	Enabled bool
+	// MaxBodyBytes caps a buffered (not streamed) response body.
+	MaxBodyBytes int64
 }
 
 // Supervisor owns the registry actor and tracks every goroutine the actors
@@ -38,6 +55,7 @@ type Supervisor struct {
 
 	wg       sync.WaitGroup
 	registry *registry
+	envInfo  *wire.EnvironmentInfo // immutable: the answer of environment/info
 }
 
 // NewSupervisor starts a supervisor and its session registry.
@@ -51,6 +69,8 @@ func NewSupervisor(cfg Config) *Supervisor {
 		stopCh: make(chan struct{}),
 		killCh: make(chan struct{}),
 	}
+	info := environmentInfo(cfg.Environment, cfg.Capabilities)
+	s.envInfo = &info
 	s.registry = newRegistry(s)
 	s.wg.Go(s.registry.run)
 	return s
@@ -66,18 +86,19 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 	if err != nil {
 		return nil, err
 	}
-	return s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout), nil
+	return s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, spec.Metadata), nil
 }
 
 // SpawnSession starts a process actor around an already started session
 // (tests pass a fake one).
 func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Session, sub *Subscriber) *ProcessRef {
-	return s.spawn(id, argv, tty, sess, sub, 0)
+	return s.spawn(id, argv, tty, sess, sub, 0, nil)
 }
 
-func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration) *ProcessRef {
+func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration, meta *Metadata) *ProcessRef {
 	log := s.log.Named("proc").With(zap.String("process_id", id), zap.Int("pid", sess.Pid()))
 	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
+	ref.meta = meta // immutable from here: set before any goroutine sees ref
 	if timeout > 0 {
 		p.timeoutAt = time.Now().Add(timeout)
 	}

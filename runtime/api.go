@@ -37,6 +37,16 @@ type Spec struct {
 	Size Size
 	// Arg0, if set, is the argv[0] the child sees.
 	Arg0 string
+	// Metadata, if set, attributes the process to a thread and tool call;
+	// List shows it.
+	Metadata *Metadata
+}
+
+// Metadata attributes a process to a client's thread and tool call
+// (process/start's metadata). Empty fields are not sent.
+type Metadata struct {
+	ThreadID   string
+	ToolCallID string
 }
 
 // Size is a terminal size.

@@ -918,6 +918,7 @@ func (c *Client) Start(ctx context.Context, spec Spec) (Process, error) {
 	if p := spec.EnvPolicy; p != nil {
 		params.EnvPolicy = &wire.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
 	}
+	params.Metadata = wireMetadata(spec.Metadata)
 	if r := c.callResult(ctx, wire.MethodProcessStart, params); r.err != nil {
 		var re *RPCError
 		if !(r.resent && errors.As(r.err, &re) && re.Message == wire.ErrProcessExists(spec.ID).Message) {
@@ -939,6 +940,7 @@ type ProcessInfo struct {
 	State    string // "starting", "running", "exited" or "closed"
 	ExitCode *int
 	NextSeq  uint64
+	Metadata *Metadata // as given to Start, or nil
 }
 
 // List returns the processes of the client's session.
@@ -950,6 +952,9 @@ func (c *Client) List(ctx context.Context) ([]ProcessInfo, error) {
 	out := make([]ProcessInfo, len(res.Processes))
 	for i, p := range res.Processes {
 		out[i] = ProcessInfo{ID: p.ProcessID, Pid: p.PID, Argv: p.Argv, TTY: p.TTY, State: p.State, ExitCode: p.ExitCode, NextSeq: p.NextSeq}
+		if m := p.Metadata; m != nil {
+			out[i].Metadata = &Metadata{ThreadID: deref(m.ThreadID), ToolCallID: deref(m.ToolCallID)}
+		}
 	}
 	return out, nil
 }

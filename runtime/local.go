@@ -55,6 +55,9 @@ func supervisorConfig(cfg Config) actors.Config {
 		},
 		DetachTTL:    cfg.DetachTTL,
 		MaxProcesses: cfg.MaxProcesses,
+		Environment:  hostEnvironment(),
+		Capabilities: capabilities(cfg),
+		HTTP:         actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
 		Logger:       cfg.Logger,
 	}
 }
@@ -121,7 +124,8 @@ func actorSpec(spec Spec) (actors.Spec, error) {
 	return actors.Spec{
 		Argv: spec.Argv, Arg0: spec.Arg0, Dir: filepath.Clean(dir), TTY: spec.TTY, PipeStdin: spec.PipeStdin,
 		Rows: spec.Size.Rows, Cols: spec.Size.Cols,
-		Env: actors.BuildEnv(actors.ServerEnv(), policy, spec.Env),
+		Env:      actors.BuildEnv(actors.ServerEnv(), policy, spec.Env),
+		Metadata: actorMetadata(spec.Metadata),
 	}, nil
 }
 
@@ -259,6 +263,9 @@ func (l *Local) List(ctx context.Context) ([]ProcessInfo, error) {
 			continue // retention ended
 		}
 		pi := ProcessInfo{ID: info.ID, Pid: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq}
+		if m := ref.Metadata(); m != nil {
+			pi.Metadata = &Metadata{ThreadID: deref(m.ThreadID), ToolCallID: deref(m.ToolCallID)}
+		}
 		if info.State >= actors.StateExited {
 			code := info.ExitCode
 			pi.ExitCode = &code

@@ -64,6 +64,13 @@ type Config struct {
 	// FsRoots confines every fs/* method to these directories (after
 	// resolving symlinks). Empty means the whole filesystem.
 	FsRoots []string
+	// DisableHTTPRequests refuses http/request (-32602, saying so); by
+	// default clients may make HTTP requests from the server's network.
+	DisableHTTPRequests bool
+	// MaxHTTPBodyBytes caps a buffered http/request response body (a
+	// larger one is an error; streamed bodies are not capped). Zero means
+	// DefaultMaxHTTPBodyBytes.
+	MaxHTTPBodyBytes int64
 }
 
 // Validate reports configuration errors that NewServer would otherwise
@@ -103,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxHTTPBodyBytes <= 0 {
+		c.MaxHTTPBodyBytes = DefaultMaxHTTPBodyBytes
 	}
 	return c
 }

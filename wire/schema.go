@@ -45,9 +45,11 @@ type InitializeParams struct {
 
 func (*InitializeParams) RequiredFields() []string { return nil }
 
-// InitializeResult is the result of initialize.
+// InitializeResult is the result of initialize. Clients of Codex 0.135
+// ignore EnvironmentInfo (section 7.1).
 type InitializeResult struct {
-	SessionID string `json:"sessionId"`
+	SessionID       string           `json:"sessionId"`
+	EnvironmentInfo *EnvironmentInfo `json:"environmentInfo,omitempty"`
 }
 
 // StatusResult is the result of environment/status.
@@ -83,6 +85,42 @@ type StartParams struct {
 	Arg0      *string           `json:"arg0"`
 	Size      *Size             `json:"size"`
 	Sandbox   json.RawMessage   `json:"sandbox"`
+	// Metadata attributes the process to a Codex thread and tool call; it
+	// is kept and shown by process/list (section 7.2).
+	Metadata *ProcessMetadata `json:"metadata"`
+	// EnforceManagedNetwork asks the sandbox to route the process's network
+	// through a managed proxy described by ManagedNetwork.
+	EnforceManagedNetwork bool            `json:"enforceManagedNetwork"`
+	ManagedNetwork        *ManagedNetwork `json:"managedNetwork"`
+	// NetworkProxy asks the executor to launch a managed-network proxy
+	// (capability networkProxyLaunch); kept raw: runtimed refuses it.
+	NetworkProxy json.RawMessage `json:"networkProxy"`
+}
+
+// ProcessMetadata is process/start's optional attribution. Codex sends a
+// UUID threadId; runtimed keeps any string.
+type ProcessMetadata struct {
+	ThreadID   *string `json:"threadId,omitempty"`
+	ToolCallID *string `json:"toolCallId,omitempty"`
+}
+
+// ManagedNetwork describes the managed proxy a sandboxed process may reach:
+// its loopback ports, and whether it may bind local sockets.
+type ManagedNetwork struct {
+	LoopbackPorts     []uint16 `json:"loopbackPorts"`
+	AllowLocalBinding bool     `json:"allowLocalBinding"`
+}
+
+// Sandbox types answered by process/start (section 7.2).
+const (
+	SandboxTypeNone         = "none"
+	SandboxTypeLinuxSeccomp = "linuxSeccomp"
+)
+
+// StartResult is the result of process/start. Codex 0.135 ignores SandboxType.
+type StartResult struct {
+	ProcessID   string `json:"processId"`
+	SandboxType string `json:"sandboxType"`
 }
 
 func (*StartParams) RequiredFields() []string { return []string{"processId", "argv", "cwd"} }
@@ -181,6 +219,8 @@ type ProcessInfo struct {
 	State     string   `json:"state"`
 	ExitCode  *int     `json:"exitCode"`
 	NextSeq   uint64   `json:"nextSeq"`
+	// Metadata is process/start's metadata, or null.
+	Metadata *ProcessMetadata `json:"metadata"`
 }
 
 // ListResult is the result of process/list.

@@ -40,6 +40,8 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	maxMessage := fs.Int("max-message-bytes", runtime.DefaultMaxMessageBytes, "largest inbound message")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error (logs go to stderr)")
 	tokenFile := fs.String("auth-token-file", "", "file holding the bearer token every websocket client must send (or set RUNTIMED_AUTH_TOKEN)")
+	httpRequests := fs.Bool("http-requests", true, "serve http/request: clients may make HTTP requests from this machine's network (false: refused with -32602)")
+	httpMaxBody := fs.Int64("http-max-body-bytes", runtime.DefaultMaxHTTPBodyBytes, "largest buffered http/request response body (streamed bodies are not capped)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for performance work)")
 	var origins, fsRoots stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods to this directory (repeatable; default: the whole filesystem)")
@@ -87,13 +89,16 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		AuthToken:       token,
 		AllowedOrigins:  origins,
 		FsRoots:         fsRoots,
+
+		DisableHTTPRequests: !*httpRequests,
+		MaxHTTPBodyBytes:    *httpMaxBody,
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "runtimed serve: --fs-root: %v\n", err)
 		return 2
 	}
-	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 {
-		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks, --max-processes and --max-message-bytes must be positive")
+	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 || *httpMaxBody <= 0 {
+		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks, --max-processes, --max-message-bytes and --http-max-body-bytes must be positive")
 		return 2
 	}
 
