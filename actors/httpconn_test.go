@@ -275,10 +275,10 @@ func TestHTTPRequestsInFlightBound(t *testing.T) {
 	decodeResult(t, c.call("http/request", httpParams("GET", s.URL, "after", false, nil)))
 }
 
-// slowPipe is memPipe with a tiny server-to-client queue, so that a client
+// slowPipe is memPipe with a small server-to-client queue (32 messages), so that a client
 // that stops reading stops the connection's writer at once.
 func slowPipe() (client, server *memTransport) {
-	a2b, b2a := make(chan []byte, 1024), make(chan []byte, 2)
+	a2b, b2a := make(chan []byte, 1024), make(chan []byte, 32)
 	ca, cb := make(chan struct{}), make(chan struct{})
 	return &memTransport{in: b2a, out: a2b, closed: ca, peerClose: cb},
 		&memTransport{in: a2b, out: b2a, closed: cb, peerClose: ca}
@@ -307,7 +307,7 @@ func serveRaw(t *testing.T, sup *Supervisor, client, server *memTransport) *rawC
 // body's end, and the whole body arrives once the client reads again.
 func TestHTTPStreamBackpressure(t *testing.T) {
 	const total = 40 << 20
-	const bound = 30 << 20 // events queue (256 deltas of at most 64 KiB) + socket buffers
+	const bound = 30 << 20 // events queue (256 deltas of at most 64 KiB) + pipe (32) + socket buffers
 	var written atomic.Int64
 	chunk := make([]byte, 32<<10)
 	for i := range chunk {
