@@ -27,7 +27,11 @@
 // drains the queues (and encodes events), or a goroutine answering a
 // request when the token is free; nobody ever waits for the token but the
 // writer. Each app-server process has an adapter goroutine owning the
-// dialect's caps and buffers. The registry owns which sessions are attached and the
+// dialect's caps and buffers. The http manager goroutine (started on the
+// first http/request) owns the connection's http client (its connection
+// pool), the count of requests in flight and the requestIds of streams in
+// flight; each request runs on its own goroutine, which answers it and
+// queues its body deltas, and reports its end back to the manager. The registry owns which sessions are attached and the
 // detached ones with their deadlines. A [SessionTable] has exactly one owner
 // at a time, moved by registry messages.
 //
@@ -65,6 +69,10 @@
 // group are closed by force after a short drain, so closed follows promptly.
 // Spawn failures are *SpawnError values carrying the OS error.
 //
+// The connection's end cancels its http requests (their context is the
+// connection's): the remote server sees them go away, and the manager
+// waits for their goroutines before closing the connection pool.
+//
 // # Backpressure
 //
 //   - Requests into a process actor: bounded mailbox (64); senders wait,
@@ -83,6 +91,14 @@
 //   - Responses: bounded queue (256); a full queue blocks the producer.
 //     Long polls and writes are answered by waiter goroutines, at most 4096
 //     in flight per connection; beyond that the reader stops reading.
+//   - http/request: at most 64 requests in flight per connection (one
+//     more is answered -32600 at once, so a long stream never stalls the
+//     reader); up to 16 validated requests wait for the http manager (the
+//     reader waits beyond that). A streamed body's deltas (at most 64 KiB
+//     each) and its result share the events queue with process output, in
+//     order: when the queue is full the request goroutine stops reading the
+//     body and TCP slows the remote server. A buffered body holds at most
+//     Config.HTTP.MaxBodyBytes (beyond it: an error, nothing dropped).
 //   - Stdin: writes go to the stdin writer through a bounded channel (64);
 //     further writes wait in the actor, each holding its requester's reply,
 //     so a child that does not read stdin slows only its writers.

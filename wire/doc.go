@@ -12,7 +12,10 @@
 // with [AppendResult] / [AppendError]. process/output notifications are
 // encoded with [AppendOutputNotification], which base64-encodes the chunk
 // straight into the destination buffer (the hot path: no reflection, one
-// copy). Transports are created with [NewStdioTransport],
+// copy); http/request/bodyDelta likewise with [AppendHTTPBodyDelta].
+// environment.go holds environmentInfo and [Capabilities], the struct of
+// booleans that the server fills and [Capabilities.Map] turns into the
+// capabilities map (every known name present). Transports are created with [NewStdioTransport],
 // [NewWebsocketTransport] or [DialWebsocket].
 //
 // # Concurrency
