@@ -24,6 +24,7 @@ var capabilityNames = []string{
 }
 
 // builtCapabilities are the capabilities this build provides (true); every other one must be false.
+// Add a name here together with the code that makes it work (and runtime.capabilities).
 var builtCapabilities = map[string]bool{}
 
 type envInfo struct {
