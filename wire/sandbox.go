@@ -257,3 +257,59 @@ func optString(obj map[string]json.RawMessage, key, parent string, dst *string) 
 func badField(field, why string) *Error {
 	return Errorf(CodeInvalidParams, "invalid field `%s`: %s", field, why)
 }
+
+// MarshalJSON writes the protocol shape (section 7.3) that ParseSandbox
+// reads; a nil or unmanaged Sandbox is disabled permissions.
+func (s *Sandbox) MarshalJSON() ([]byte, error) {
+	type special struct {
+		Kind    string `json:"kind"`
+		Subpath string `json:"subpath,omitempty"`
+	}
+	type path struct {
+		Type    string   `json:"type"`
+		Value   *special `json:"value,omitempty"`
+		Path    string   `json:"path,omitempty"`
+		Pattern string   `json:"pattern,omitempty"`
+	}
+	type entry struct {
+		Path    path   `json:"path"`
+		Access  string `json:"access"`
+		Missing string `json:"missing_path_behavior,omitempty"`
+	}
+	type fs struct {
+		Type    string  `json:"type"`
+		Entries []entry `json:"entries,omitempty"`
+	}
+	type perms struct {
+		Type       string `json:"type"`
+		FileSystem *fs    `json:"file_system,omitempty"`
+		Network    string `json:"network,omitempty"`
+	}
+	out := struct {
+		Permissions    perms    `json:"permissions"`
+		Cwd            string   `json:"cwd,omitempty"`
+		WorkspaceRoots []string `json:"workspaceRoots,omitempty"`
+	}{Permissions: perms{Type: "disabled"}}
+	if s == nil || !s.Managed {
+		return json.Marshal(out)
+	}
+	out.Cwd, out.WorkspaceRoots = s.Cwd, s.WorkspaceRoots
+	out.Permissions = perms{Type: "managed", Network: "restricted", FileSystem: &fs{Type: "unrestricted"}}
+	if s.Network {
+		out.Permissions.Network = "enabled"
+	}
+	if s.FS != nil {
+		out.Permissions.FileSystem.Type = "restricted"
+		for _, e := range s.FS.Entries {
+			je := entry{Access: e.Access, Path: path{Type: e.Kind, Path: e.Path, Pattern: e.Pattern}}
+			if e.Kind == "special" {
+				je.Path.Value = &special{Kind: e.Special, Subpath: e.Subpath}
+			}
+			if e.SkipMissing {
+				je.Missing = "skip"
+			}
+			out.Permissions.FileSystem.Entries = append(out.Permissions.FileSystem.Entries, je)
+		}
+	}
+	return json.Marshal(out)
+}
