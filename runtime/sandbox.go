@@ -75,6 +75,9 @@ func WorkspaceWriteSandbox(roots ...string) *Sandbox {
 	return s
 }
 
+// MarshalJSON writes the protocol's process/start.sandbox object.
+func (s *Sandbox) MarshalJSON() ([]byte, error) { return s.wire().MarshalJSON() }
+
 func (s *Sandbox) wire() *wire.Sandbox {
 	if s == nil {
 		return nil

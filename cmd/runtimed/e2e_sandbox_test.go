@@ -131,6 +131,17 @@ func TestSandboxOverTheWire(t *testing.T) {
 		}
 		mustCollect(t, c, "bad")
 
+		// A policy that denies the executable: the start fails with the OS
+		// error, no half-started child, and the id is free again.
+		onlyWS := map[string]any{"permissions": map[string]any{"type": "managed", "network": "restricted",
+			"file_system": map[string]any{"type": "restricted", "entries": []any{
+				map[string]any{"path": map[string]any{"type": "path", "path": ws}, "access": "write"}}}}}
+		_, err = call(ctx, c, "process/start", startReq{StartParams: wiretest.StartParams{ProcessID: "noexec",
+			Argv: []string{"/usr/bin/bash", "-c", "true"}, Cwd: ws, Env: baseEnv()}, Sandbox: onlyWS})
+		wantRPCErrorContains(t, "denied executable", err, -32603, "failed to spawn /usr/bin/bash", "permission denied")
+		mustStart(t, c, shProc("noexec", ws, "exit 0"))
+		mustCollect(t, c, "noexec")
+
 		// A limit is reported in process/exited and process/list.
 		hog := startReq{StartParams: shProc("hog", ws, `x=$(head -c 200000000 /dev/zero | tr '\0' a)`),
 			Limits: map[string]any{"memoryBytes": 32 << 20}}
