@@ -33,7 +33,7 @@ func testIsolation(t *testing.T) Isolation {
 		if err == nil {
 			isoHost = h
 		}
-		isoMgr = contain.NewManager(false)
+		isoMgr = contain.NewManager(contain.ModeCgroup2)
 	})
 	if isoHost == nil || !isoHost.Enforces() {
 		t.Skipf("this kernel cannot enforce a sandbox: %+v", isoHost)

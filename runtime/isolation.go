@@ -39,7 +39,11 @@ func newIsolation(cfg Config) *isolation {
 		iso.Host = h
 		cfg.Logger.Info("sandbox", zap.String("enforces", h.Summary()))
 	}
-	iso.Contain = contain.NewManager(cfg.Containment == ContainProcessGroup)
+	want := contain.ModeCgroup2
+	if cfg.Containment == ContainProcessGroup {
+		want = contain.ModePgroup
+	}
+	iso.Contain = contain.NewManager(want)
 	cfg.Logger.Info("containment", zap.String("mode", iso.Contain.Mode()), zap.String("detail", iso.Contain.Summary()))
 	return iso
 }

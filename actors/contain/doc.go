@@ -12,7 +12,7 @@
 //
 // # Usage
 //
-//	m := contain.NewManager(false)       // once; m.Mode() is "cgroup2" or "pgroup"
+//	m := contain.NewManager(contain.ModeCgroup2)       // once; m.Mode() is "cgroup2" or "pgroup"
 //	g, err := m.NewGroup(limits)         // per process
 //	// clone into g.CgroupFD() (if >= 0); the helper joins g.JoinFiles() and sets g.Rlimits()
 //	g.Kill()                             // SIGKILL the whole tree

@@ -24,8 +24,9 @@ type Group struct {
 	v2   string // this tree's cgroup in the unified hierarchy, "" if none
 	fd   *os.File
 	v1   map[string]string // controller -> this tree's v1 cgroup
-	lim  Limits
-	oom0 uint64 // oom_kill count at creation (v1 counts may be inherited: never, but be exact)
+	lim   Limits
+	oom0  uint64 // oom_kill count at creation
+	track string // the v1 cgroup that tracks the tree (ModeCgroup1), "" otherwise
 }
 
 // Rlimit is one per-process resource limit for the helper to set.
@@ -70,6 +71,9 @@ func (m *Manager) NewGroup(lim Limits) (_ *Group, err error) {
 		}
 	}
 	need := map[string]uint64{}
+	if m.track != "" {
+		need[m.track] = 0 // tracking only, unless a limit below sets it
+	}
 	if lim.MemoryBytes > 0 && !m.v2Ctrl["memory"] && m.v1["memory"] != "" {
 		need["memory"] = lim.MemoryBytes
 	}
@@ -93,10 +97,15 @@ func (m *Manager) NewGroup(lim Limits) (_ *Group, err error) {
 			_ = write(dir, "memory.memsw.limit_in_bytes", v)
 			g.oom0 = g.oomKills()
 		case "pids":
-			if err := write(dir, "pids.max", v); err != nil {
-				return nil, err
+			if v > 0 {
+				if err := write(dir, "pids.max", v); err != nil {
+					return nil, err
+				}
 			}
 		}
+	}
+	if m.track != "" {
+		g.track = g.v1[m.track]
 	}
 	return g, nil
 }
@@ -148,8 +157,8 @@ func (g *Group) Rlimits() []Rlimit {
 
 func (g *Group) v2Has(file string) bool { return g.v2 != "" && exists(filepath.Join(g.v2, file)) }
 
-// Contained reports whether every descendant is tracked (cgroup v2).
-func (g *Group) Contained() bool { return g != nil && g.v2 != "" }
+// Contained reports whether every descendant is tracked by a cgroup.
+func (g *Group) Contained() bool { return g != nil && (g.v2 != "" || g.track != "") }
 
 // Kill sends SIGKILL to every process of the tree: cgroup.kill where there
 // is a v2 cgroup, otherwise each pid listed by the v1 cgroups.
@@ -163,10 +172,26 @@ func (g *Group) Kill() error {
 		}
 		return nil
 	}
-	for _, d := range g.v1 {
-		for _, pid := range pids(d) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+	// v1: a freezer cgroup is frozen first so nothing forks between the
+	// listing and the kill; without one, list and kill until empty.
+	frozen := false
+	if d := g.v1["freezer"]; d != "" {
+		frozen = os.WriteFile(filepath.Join(d, "freezer.state"), []byte("FROZEN"), 0) == nil
+	}
+	for round := 0; round < 100; round++ {
+		n := 0
+		for _, d := range g.v1 {
+			for _, pid := range pids(d) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				n++
+			}
 		}
+		if n == 0 || frozen {
+			break
+		}
+	}
+	if frozen {
+		_ = os.WriteFile(filepath.Join(g.v1["freezer"], "freezer.state"), []byte("THAWED"), 0)
 	}
 	return nil
 }

@@ -42,20 +42,31 @@ type Manager struct {
 	v2     string          // per-daemon directory in the unified hierarchy, "" if none
 	v2Ctrl map[string]bool // controllers enabled for v2 children (memory, pids)
 	v1     map[string]string
+	// track is the v1 controller whose cgroups track trees when there is
+	// no v2 hierarchy ("freezer" or "pids"), "" otherwise.
+	track string
 }
 
+// Mode values: how process trees are tracked.
+const (
+	ModeCgroup2 = "cgroup2" // clone into a v2 cgroup; cgroup.kill
+	ModeCgroup1 = "cgroup1" // the helper joins a v1 freezer/pids cgroup; freeze, kill each pid, thaw
+	ModePgroup  = "pgroup"  // the process group only
+)
+
 // NewManager probes the cgroup hierarchies and creates runtimed-<pid>
-// directories where it can. A host without writable cgroups gives a
-// Manager that contains by process group only (Mode says so); that is not
-// an error. disable forces that fallback (tests, --containment=pgroup).
-func NewManager(disable bool) *Manager {
+// directories where it can, using the best mode at most as good as want
+// (ModeCgroup2 for the best this host has). A host without writable
+// cgroups gives a Manager that contains by process group only (Mode says
+// so); that is not an error.
+func NewManager(want string) *Manager {
 	m := &Manager{v1: map[string]string{}, v2Ctrl: map[string]bool{}}
-	if disable {
+	if want == ModePgroup {
 		return m
 	}
 	mounts, own := cgroupMounts(), ownCgroups()
 	name := fmt.Sprintf("runtimed-%d", os.Getpid())
-	if mnt, ok := mounts[""]; ok {
+	if mnt, ok := mounts[""]; ok && want == ModeCgroup2 {
 		base := filepath.Join(mnt, own[""])
 		dir := filepath.Join(base, name)
 		cleanStale(base)
@@ -74,7 +85,7 @@ func NewManager(disable bool) *Manager {
 			}
 		}
 	}
-	for _, c := range []string{"memory", "pids"} {
+	for _, c := range []string{"memory", "pids", "freezer"} {
 		if m.v2Ctrl[c] {
 			continue
 		}
@@ -89,17 +100,30 @@ func NewManager(disable bool) *Manager {
 			m.v1[c] = dir
 		}
 	}
+	if m.v2 == "" {
+		for _, c := range []string{"freezer", "pids"} {
+			if m.v1[c] != "" {
+				m.track = c
+				break
+			}
+		}
+	}
 	return m
 }
 
-// Mode names how trees are contained: "cgroup2" (every descendant is in
-// the process's cgroup and dies with cgroup.kill) or "pgroup" (the
-// process group only: descendants that call setsid escape).
+// Mode names how trees are contained: ModeCgroup2 (every descendant is in
+// the process's cgroup and dies with cgroup.kill), ModeCgroup1 (a v1
+// freezer or pids cgroup joined before the command runs: frozen, killed
+// pid by pid, thawed) or ModePgroup (the process group only: descendants
+// that call setsid escape).
 func (m *Manager) Mode() string {
-	if m.v2 != "" {
-		return "cgroup2"
+	switch {
+	case m.v2 != "":
+		return ModeCgroup2
+	case m.track != "":
+		return ModeCgroup1
 	}
-	return "pgroup"
+	return ModePgroup
 }
 
 // Summary describes containment and how each limit is applied here.
@@ -155,7 +179,7 @@ func cgroupMounts() map[string]string {
 			}
 		case "cgroup":
 			for _, o := range strings.Split(opts, ",") {
-				if o == "memory" || o == "pids" {
+				if o == "memory" || o == "pids" || o == "freezer" {
 					out[o] = mnt
 				}
 			}
