@@ -95,13 +95,14 @@ func runConfined(t *testing.T, sup *Supervisor, dir string, p *sandbox.Policy, l
 func workspace(t *testing.T) (ws, outside string) {
 	base := t.TempDir()
 	ws, outside = filepath.Join(base, "ws"), filepath.Join(base, "outside")
-	for _, d := range []string{ws, outside, filepath.Join(ws, ".git"), filepath.Join(ws, "sub")} {
+	for _, d := range []string{ws, outside, filepath.Join(ws, ".git"), filepath.Join(ws, "sub"), filepath.Join(ws, "private")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for f, body := range map[string]string{filepath.Join(ws, ".git", "HEAD"): "ref\n", filepath.Join(ws, "secret.txt"): "TOPSECRET\n",
-		filepath.Join(outside, "victim"): "original\n", filepath.Join(ws, "file"): "ws file\n"} {
+		filepath.Join(outside, "victim"): "original\n", filepath.Join(ws, "file"): "ws file\n",
+		filepath.Join(ws, "private", "key"): "PRIVATEKEY\n"} {
 		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -115,6 +116,7 @@ func wsPolicy(ws string, network bool) *sandbox.Policy {
 		{Path: ws, Access: sandbox.Write},
 		{Path: filepath.Join(ws, ".git"), Access: sandbox.Read},
 		{Path: filepath.Join(ws, "secret.txt"), Access: sandbox.Deny},
+		{Path: filepath.Join(ws, "private"), Access: sandbox.Deny},
 	}}
 }
 
@@ -141,6 +143,9 @@ func TestSandboxEscapes(t *testing.T) {
 		`try git-create 'echo pwned > ` + ws + `/.git/new'`,
 		`try git-remove 'rm -f ` + ws + `/.git/HEAD && test ! -e ` + ws + `/.git/HEAD'`,
 		`try secret-read 'cat ` + ws + `/secret.txt | grep -q TOPSECRET'`,
+		`try private-list 'ls ` + ws + `/private | grep -q key'`,
+		`try private-read 'grep -q PRIVATEKEY ` + ws + `/private/key'`,
+		`try private-write 'echo x > ` + ws + `/private/new'`,
 		`try signal-daemon 'kill -0 ` + fmt.Sprint(os.Getpid()) + `'`,
 		`try mount 'mount -t tmpfs none ` + ws + `/sub'`,
 		`try umount-git 'umount ` + ws + `/.git'`,
@@ -148,7 +153,7 @@ func TestSandboxEscapes(t *testing.T) {
 	r := runConfined(t, sup, ws, wsPolicy(ws, true), contain.Limits{}, script)
 	want := map[string]string{"inside": "OK", "subdir": "OK"}
 	for _, name := range []string{"direct", "overwrite", "grandchild", "setsid", "symlink", "rename", "hardlink",
-		"git-write", "git-create", "git-remove", "secret-read", "signal-daemon", "mount", "umount-git"} {
+		"git-write", "git-create", "git-remove", "secret-read", "private-list", "private-read", "private-write", "signal-daemon", "mount", "umount-git"} {
 		want[name] = "DENIED"
 	}
 	got := map[string]string{}
@@ -172,6 +177,10 @@ func TestSandboxEscapes(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(ws, ".git", "HEAD")); string(b) != "ref\n" {
 		t.Errorf(".git/HEAD changed: %q", b)
+	}
+	// The hiding inodes lived in the child's namespace only.
+	if ents, err := os.ReadDir(isoHost.Scratch); err != nil || len(ents) != 0 {
+		t.Errorf("host scratch directory %s: %v %v (want empty)", isoHost.Scratch, ents, err)
 	}
 	// The mounts stayed inside the child's namespace.
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), ws) {

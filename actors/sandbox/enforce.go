@@ -24,12 +24,35 @@ func applyOverlays(l layers, scratch string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
+	// The empty, unreadable file and directory that cover denied paths live
+	// on a tmpfs of this namespace alone: mounted over the scratch
+	// directory, used as bind sources, then detached, so no process on the
+	// host (or in another sandbox) can reach their inodes.
+	hiddenFile, hiddenDir := scratch+"/hidden", scratch+"/hidden.d"
+	for _, o := range l.Overlays {
+		if o.Kind != overlayHide {
+			continue
+		}
+		if err := unix.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,mode=700"); err != nil {
+			return fmt.Errorf("scratch tmpfs: %w", err)
+		}
+		defer unix.Unmount(scratch, unix.MNT_DETACH) //nolint:errcheck
+		if err := os.Mkdir(hiddenDir, 0); err != nil {
+			return fmt.Errorf("scratch: %w", err)
+		}
+		f, err := os.OpenFile(hiddenFile, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0)
+		if err != nil {
+			return fmt.Errorf("scratch: %w", err)
+		}
+		f.Close()
+		break
+	}
 	for _, o := range l.Overlays {
 		src := o.Path
 		if o.Kind == overlayHide {
-			src = scratch + "/hidden"
+			src = hiddenFile
 			if o.Dir {
-				src = scratch + "/hidden.d"
+				src = hiddenDir
 			}
 		}
 		if err := unix.Mount(src, o.Path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {

@@ -31,8 +31,10 @@ type Host struct {
 	MountNS bool
 	// Exe is the executable that runs the helper (this program).
 	Exe string
-	// Scratch is a daemon-private directory holding the empty, unreadable
-	// file and directory that hide denied paths.
+	// Scratch is an empty directory over which a sandbox's private mount
+	// namespace mounts the tmpfs holding the empty, unreadable file and
+	// directory that hide denied paths (nothing is ever written in it on
+	// the host).
 	Scratch string
 }
 
@@ -73,14 +75,6 @@ func Probe(scratch string) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: scratch directory: %w", err)
 	}
-	if err := os.Mkdir(dir+"/hidden.d", 0); err != nil {
-		return nil, fmt.Errorf("sandbox: scratch directory: %w", err)
-	}
-	f, err := os.OpenFile(dir+"/hidden", os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: scratch file: %w", err)
-	}
-	f.Close()
 	h.Scratch = dir
 	return h, nil
 }
