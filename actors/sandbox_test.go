@@ -323,3 +323,66 @@ func TestLimits(t *testing.T) {
 		t.Errorf("big file: %v %v", st, err)
 	}
 }
+
+// TestSandboxSwapRace races the check against the enforcement: while
+// sandboxed starts are granted a workspace, another goroutine keeps
+// replacing that workspace with a symlink to an outside directory. Every
+// start either runs confined to the real workspace or fails naming the
+// change; nothing is ever written outside.
+func TestSandboxSwapRace(t *testing.T) {
+	sup := newIsoSupervisor(t)
+	base := t.TempDir()
+	ws, parked, outside := filepath.Join(base, "ws"), filepath.Join(base, "parked"), filepath.Join(base, "outside")
+	for _, d := range []string{ws, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	swapped := make(chan int)
+	go func() {
+		n := 0
+		defer func() { swapped <- n }()
+		for {
+			select {
+			case <-stop:
+				_ = os.Remove(ws)
+				_ = os.Rename(parked, ws)
+				return
+			default:
+			}
+			// ws: directory -> symlink to outside -> directory again.
+			if os.Rename(ws, parked) == nil {
+				_ = os.Symlink(outside, ws)
+				_ = os.Remove(ws)
+				_ = os.Rename(parked, ws)
+				n++
+			}
+		}
+	}()
+	p := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}, {Path: ws, Access: sandbox.Write}}}
+	ran, refused := 0, 0
+	for i := 0; i < 40; i++ {
+		rec := newRecorder(64)
+		spec := Spec{Argv: []string{"/bin/sh", "-c", fmt.Sprintf("echo x > %s/f%d", ws, i)}, Dir: "/", Env: []string{"PATH=/usr/bin:/bin"}, Sandbox: p}
+		if _, err := sup.Spawn(fmt.Sprintf("race%d", i), spec, rec.sub()); err != nil {
+			if !strings.Contains(err.Error(), "changed during the start") && !strings.Contains(err.Error(), "no such file") {
+				t.Errorf("start %d failed unclearly: %v", i, err)
+			}
+			refused++
+			continue
+		}
+		rec.untilClosed(t, 10*time.Second)
+		ran++
+	}
+	close(stop)
+	n := <-swapped
+	ents, _ := os.ReadDir(outside)
+	if len(ents) != 0 {
+		t.Errorf("%d files written outside the workspace during the swap race", len(ents))
+	}
+	t.Logf("%d swaps; %d starts ran confined, %d refused", n, ran, refused)
+	if n == 0 {
+		t.Errorf("the swapper never swapped: the race was not run")
+	}
+}

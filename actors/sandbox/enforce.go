@@ -14,6 +14,27 @@ import (
 // This file runs only in the helper, between fork and the command's
 // execve, on the one OS thread that will call execve.
 
+// pinned opens path without following any symlink and checks that it is
+// the file the daemon resolved; the returned /proc/self/fd path names
+// exactly that file for mount(2) and Landlock (the fd stays open until
+// execve closes it).
+func pinned(path string, want fileID) (string, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return "", fmt.Errorf("%s changed during the start: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return "", fmt.Errorf("stat %s: %w", path, err)
+	}
+	if (fileID{Dev: uint64(st.Dev), Ino: st.Ino}) != want {
+		unix.Close(fd)
+		return "", fmt.Errorf("%s changed during the start (another file is there now): %w", path, unix.ESTALE)
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", fd), nil
+}
+
 // applyOverlays makes the mount-level changes in the child's private mount
 // namespace (created by the parent with CLONE_NEWNS). Nothing propagates
 // back to the host: the whole tree is made private first.
@@ -48,14 +69,18 @@ func applyOverlays(l layers, scratch string) error {
 		break
 	}
 	for _, o := range l.Overlays {
-		src := o.Path
+		target, err := pinned(o.Path, o.ID)
+		if err != nil {
+			return err
+		}
+		src := target
 		if o.Kind == overlayHide {
 			src = hiddenFile
 			if o.Dir {
 				src = hiddenDir
 			}
 		}
-		if err := unix.Mount(src, o.Path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		if err := unix.Mount(src, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind %s: %w", o.Path, err)
 		}
 		if o.Kind == overlayReadWrite {
@@ -137,16 +162,20 @@ func applyLandlock(p *Policy, l layers) error {
 	var rules []landlock.Rule
 	if p.RestrictFS {
 		for _, g := range l.Grants {
+			p, err := pinned(g.Path, g.ID)
+			if err != nil {
+				return err
+			}
 			var r landlock.FSRule
 			switch {
 			case g.Write && g.Dir:
-				r = landlock.RWDirs(g.Path).WithRefer()
+				r = landlock.RWDirs(p).WithRefer()
 			case g.Write:
-				r = landlock.RWFiles(g.Path)
+				r = landlock.RWFiles(p)
 			case g.Dir:
-				r = landlock.RODirs(g.Path)
+				r = landlock.RODirs(p)
 			default:
-				r = landlock.ROFiles(g.Path)
+				r = landlock.ROFiles(p)
 			}
 			if isDevPath(g.Path) {
 				r = r.WithIoctlDev()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // Access is what a Rule grants on a path and everything beneath it.
@@ -70,6 +71,7 @@ type overlay struct {
 	Path string      `json:"path"`
 	Kind overlayKind `json:"kind"`
 	Dir  bool        `json:"dir"`
+	ID   fileID      `json:"id"`
 }
 
 // grant is one Landlock rule.
@@ -77,6 +79,16 @@ type grant struct {
 	Path  string `json:"path"`
 	Write bool   `json:"write"`
 	Dir   bool   `json:"dir"`
+	ID    fileID `json:"id"`
+}
+
+// fileID is what the daemon resolved a path to. The helper opens each
+// path again without following symlinks and refuses to go on if it is not
+// the same file: a path swapped for a symlink or another directory between
+// the check and the enforcement is caught, not followed.
+type fileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
 }
 
 // layers is how a Policy is enforced: Landlock grants (the allow-list) and
@@ -124,7 +136,7 @@ func (p *Policy) plan() (layers, error) {
 		if err != nil {
 			return l, fmt.Errorf("sandbox path %s: %w", r.Path, err)
 		}
-		dir := st.IsDir()
+		dir, id := st.IsDir(), idOf(st)
 		// What Landlock grants here through ancestors, and the mount state
 		// that ancestors' overlays left.
 		llWrite, llAny, roMount := false, false, false
@@ -150,18 +162,18 @@ func (p *Policy) plan() (layers, error) {
 		}
 		switch r.Access {
 		case Read:
-			l.Grants = append(l.Grants, grant{Path: r.Path, Dir: dir})
+			l.Grants = append(l.Grants, grant{Path: r.Path, Dir: dir, ID: id})
 			if llWrite && !roMount {
-				l.Overlays = append(l.Overlays, overlay{Path: r.Path, Kind: overlayReadOnly, Dir: dir})
+				l.Overlays = append(l.Overlays, overlay{Path: r.Path, Kind: overlayReadOnly, Dir: dir, ID: id})
 			}
 		case Write:
-			l.Grants = append(l.Grants, grant{Path: r.Path, Write: true, Dir: dir})
+			l.Grants = append(l.Grants, grant{Path: r.Path, Write: true, Dir: dir, ID: id})
 			if roMount {
-				l.Overlays = append(l.Overlays, overlay{Path: r.Path, Kind: overlayReadWrite, Dir: dir})
+				l.Overlays = append(l.Overlays, overlay{Path: r.Path, Kind: overlayReadWrite, Dir: dir, ID: id})
 			}
 		case Deny:
 			if llAny {
-				l.Overlays = append(l.Overlays, overlay{Path: r.Path, Kind: overlayHide, Dir: dir})
+				l.Overlays = append(l.Overlays, overlay{Path: r.Path, Kind: overlayHide, Dir: dir, ID: id})
 			}
 		default:
 			return l, fmt.Errorf("%w: unknown access %d", ErrUnsupported, r.Access)
@@ -169,7 +181,7 @@ func (p *Policy) plan() (layers, error) {
 	}
 	for _, d := range DevPaths {
 		if st, err := os.Stat(d); err == nil {
-			l.Grants = append(l.Grants, grant{Path: d, Write: true, Dir: st.IsDir()})
+			l.Grants = append(l.Grants, grant{Path: d, Write: true, Dir: st.IsDir(), ID: idOf(st)})
 		}
 	}
 	return l, nil
@@ -179,6 +191,13 @@ func (p *Policy) plan() (layers, error) {
 func (p *Policy) NeedsMounts() (bool, error) {
 	l, err := p.plan()
 	return len(l.Overlays) > 0, err
+}
+
+func idOf(st os.FileInfo) fileID {
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return fileID{Dev: uint64(sys.Dev), Ino: sys.Ino}
+	}
+	return fileID{}
 }
 
 func depth(p string) int {
