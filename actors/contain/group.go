@@ -21,9 +21,9 @@ var groupSeq atomic.Uint64
 // Group is the cgroup(s) of one process tree. It is owned by the process
 // actor of that process; Kill may also be called by its helpers.
 type Group struct {
-	v2   string // this tree's cgroup in the unified hierarchy, "" if none
-	fd   *os.File
-	v1   map[string]string // controller -> this tree's v1 cgroup
+	v2    string // this tree's cgroup in the unified hierarchy, "" if none
+	fd    *os.File
+	v1    map[string]string // controller -> this tree's v1 cgroup
 	lim   Limits
 	oom0  uint64 // oom_kill count at creation
 	track string // the v1 cgroup that tracks the tree (ModeCgroup1), "" otherwise
