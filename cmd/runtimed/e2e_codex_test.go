@@ -13,6 +13,11 @@ package main_test
 //                                  (`codex exec-server` of the same version) instead of runtimed
 //   RUNTIMED_CODEX_CACHE=DIR       where the npm installs are kept (default ~/.cache/runtimed-test)
 // With -v, each version logs a table of the exec-server methods codex called and the answers it got.
+//
+// Guards: a case that needs what runtimed does not have yet skips with the server's own answer, so it
+// turns on by itself when the feature lands: the skill case when fs/walk is -32601 (issue 12), the
+// 0.169 sandbox cases when process/start with a sandbox is -32602 (issue 11). Against the reference
+// every case runs. The reconnect case skips for 0.135, whose client does not resume sessions.
 
 import (
 	"bytes"
@@ -66,6 +71,7 @@ var codexCases = []struct {
 	{"pty_write_stdin", codexPTYCase},
 	{"reconnect", codexReconnectCase},
 	{"skill", codexSkillCase},
+	{"stdio_transport", codexStdioCase},
 	{"sandbox_workspace_write", func(t *testing.T, h *codexHarness) { codexSandboxCase(t, h, "workspace-write") }},
 	{"sandbox_read_only", func(t *testing.T, h *codexHarness) { codexSandboxCase(t, h, "read-only") }},
 }
@@ -114,57 +120,87 @@ type codexHarness struct {
 	cv        codexVersion
 	codex     string
 	reference bool
-	tap       *wsTap
+	tap       *wsTap // nil until run starts a websocket server
 	mock      *responsesMock
 	home      string // HOME of codex and of the server
 	codexHome string // CODEX_HOME: config.toml, sessions, caches
 	ws        string // the workspace (codex -C)
 	tmp       string // TMPDIR of codex and of the server
 	mark      string // a value only the server's environment has
+	refHome   string // CODEX_HOME of the reference exec-server
+	table     *methodTable
+	stdio     bool // codex starts the server itself (useStdio); no tap
 }
 
 func newCodexHarness(t *testing.T, cv codexVersion, codex string, reference bool, table *methodTable) *codexHarness {
 	t.Helper()
 	root := t.TempDir()
 	h := &codexHarness{
-		t: t, cv: cv, codex: codex, reference: reference,
+		t: t, cv: cv, codex: codex, reference: reference, table: table,
 		home:      filepath.Join(root, "home"),
 		codexHome: filepath.Join(root, "codex-home"),
+		refHome:   filepath.Join(root, "reference-codex-home"),
 		ws:        filepath.Join(root, "ws"),
 		tmp:       filepath.Join(root, "tmp"),
 		mark:      uuid.NewString(),
 	}
-	for _, d := range []string{h.home, h.codexHome, h.ws, h.tmp} {
+	for _, d := range []string{h.home, h.codexHome, h.refHome, h.ws, h.tmp} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	serverEnv := []string{"HOME=" + h.home, "TMPDIR=" + h.tmp, "RUNTIMED_E2E_CODEX_MARK=" + h.mark}
-	var url string
-	if reference {
-		refHome := filepath.Join(root, "reference-codex-home")
-		if err := os.MkdirAll(refHome, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		srv := wiretest.StartEnv(t, codex, append(serverEnv, "CODEX_HOME="+refHome), "exec-server", "--listen", "ws://127.0.0.1:0")
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		defer cancel()
-		line, err := srv.FirstLine(ctx)
-		if err != nil {
-			t.Fatalf("codex exec-server did not print its URL: %v\n%s", err, srv.Stderr())
-		}
-		url = strings.TrimSpace(line)
-	} else {
-		url = wiretest.StartWSEnv(t, bin, serverEnv).URL
+	return h
+}
+
+// serverCommand is the exec-server under test listening at listen: program, arguments, environment.
+func (h *codexHarness) serverCommand(listen string) (string, []string, []string) {
+	env := []string{"HOME=" + h.home, "TMPDIR=" + h.tmp, "RUNTIMED_E2E_CODEX_MARK=" + h.mark}
+	if h.reference {
+		return h.codex, []string{"exec-server", "--listen", listen}, append(env, "CODEX_HOME="+h.refHome)
 	}
-	h.tap = newTap(t, url)
+	return bin, []string{"serve", "--listen", listen}, env
+}
+
+// startWS starts the exec-server on a loopback websocket and puts the tap in front of it.
+func (h *codexHarness) startWS() {
+	t := h.t
+	t.Helper()
+	program, args, env := h.serverCommand("ws://127.0.0.1:0")
+	srv := wiretest.StartEnv(t, program, env, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	line, err := srv.FirstLine(ctx)
+	if err != nil {
+		t.Fatalf("%s %q did not print its URL: %v\n%s", program, args, err, srv.Stderr())
+	}
+	h.tap = newTap(t, strings.TrimSpace(line))
 	t.Cleanup(func() {
-		table.add(h.tap)
+		h.table.add(h.tap)
 		if t.Failed() {
 			t.Logf("exec-server calls of this run:\n%s", h.tap.trace())
 		}
 	})
-	return h
+}
+
+// useStdio makes codex start the exec-server itself and talk to it over stdin/stdout, configured in
+// $CODEX_HOME/environments.toml (which takes precedence over CODEX_EXEC_SERVER_URL). No tap sees it.
+func (h *codexHarness) useStdio() {
+	program, args, env := h.serverCommand("stdio")
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	envs := make([]string, len(env))
+	for i, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		envs[i] = fmt.Sprintf("%s = %q", k, v)
+	}
+	toml := fmt.Sprintf("default = \"executor\"\ninclude_local = false\n\n[[environments]]\nid = \"executor\"\nprogram = %q\nargs = [%s]\nenv = { %s }\n",
+		program, strings.Join(quoted, ", "), strings.Join(envs, ", "))
+	if err := os.WriteFile(filepath.Join(h.codexHome, "environments.toml"), []byte(toml), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+	h.stdio = true
 }
 
 // codexResult is how one `codex exec` ended.
@@ -179,6 +215,9 @@ type codexResult struct {
 func (h *codexHarness) run(script []modelTurn, args ...string) *codexResult {
 	t := h.t
 	t.Helper()
+	if !h.stdio {
+		h.startWS()
+	}
 	h.mock = newResponsesMock(t, script...)
 	config := fmt.Sprintf(`model = %q
 model_provider = "runtimed_e2e_mock"
@@ -212,9 +251,11 @@ stream_max_retries = 0
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + h.home,
 		"CODEX_HOME=" + h.codexHome,
-		"CODEX_EXEC_SERVER_URL=" + h.tap.url(),
 		"TMPDIR=" + h.tmp,
 		"LANG=C.UTF-8",
+	}
+	if h.tap != nil {
+		cmd.Env = append(cmd.Env, "CODEX_EXEC_SERVER_URL="+h.tap.url())
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -331,6 +372,22 @@ func codexShellCase(t *testing.T, h *codexHarness) {
 	wantContains(t, "shell output", out, "mark="+h.mark, "to-stderr")
 	wantExitCode(t, "shell", out, 3)
 	h.startedThroughServer("RUNTIMED_E2E_CODEX_MARK")
+}
+
+// codexStdioCase: codex starts the exec-server itself (environments.toml `program`) and speaks to it
+// over stdio; a command and a patch go through it.
+func codexStdioCase(t *testing.T, h *codexHarness) {
+	h.useStdio()
+	h.run([]modelTurn{
+		execCommand("stdio-1", map[string]any{"cmd": `echo "mark=$RUNTIMED_E2E_CODEX_MARK"; exit 4`, "yield_time_ms": 10000}),
+		applyPatch("stdio-patch", "*** Begin Patch\n*** Add File: via-stdio.txt\n+over stdio\n*** End Patch\n"),
+		finalMessage("done"),
+	}, "--dangerously-bypass-approvals-and-sandbox")
+	out := h.output("stdio-1")
+	wantContains(t, "command over stdio", out, "mark="+h.mark)
+	wantExitCode(t, "command over stdio", out, 4)
+	wantContains(t, "apply_patch over stdio", h.output("stdio-patch"), "Success", "A via-stdio.txt")
+	wantFile(t, filepath.Join(h.ws, "via-stdio.txt"), "over stdio\n")
 }
 
 // codexApplyPatchCase: apply_patch adds a file, updates it, adds one in new directories, deletes
