@@ -128,7 +128,7 @@ func codexSandboxCase(t *testing.T, h *codexHarness, mode string) {
 		finalMessage("done"),
 	}, "-s", mode)
 
-	if e, ok := h.tap.refused("process/start", -32602, "sandbox"); ok && !h.reference {
+	if e, ok := h.tap.refused("process/start", -32602, "sandbox intent cannot be enforced"); ok && !h.reference {
 		t.Skipf("runtimed refused the sandboxed process/start (%d %q): sandbox enforcement (issue 11) is not in this build; this case turns on once it is", e.Code, e.Message)
 	}
 

@@ -12,6 +12,8 @@ package main_test
 //                                  run the same cases against Codex's own exec-server
 //                                  (`codex exec-server` of the same version) instead of runtimed
 //   RUNTIMED_CODEX_CACHE=DIR       where the npm installs are kept (default ~/.cache/runtimed-test)
+// `go test -short` runs only the shell case of each version. The whole set takes about 25 s on an idle
+// 2-core machine once the installs are cached (the first install downloads ~100 MB per version).
 // With -v, each version logs a table of the exec-server methods codex called and the answers it got.
 //
 // Guards: a case that needs what runtimed does not have yet skips with the server's own answer, so it
@@ -103,6 +105,9 @@ func TestCodexAgent(t *testing.T) {
 			})
 			for _, c := range codexCases {
 				t.Run(c.name, func(t *testing.T) {
+					if testing.Short() && c.name != "shell" {
+						t.Skip("-short runs only the shell case of the codex e2e")
+					}
 					t.Parallel()
 					c.run(t, newCodexHarness(t, cv, codex, reference, table))
 				})
