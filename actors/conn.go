@@ -394,12 +394,9 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrEmptyArgv())
 		return
 	}
-	if e := managedNetworkError(&p, sandboxRequested(&p)); e != nil {
-		c.reply(msg.ID, nil, e)
-		return
-	}
-	if sandboxRequested(&p) {
-		c.reply(msg.ID, nil, wire.ErrSandbox())
+	sb, serr := wire.ParseSandbox(p.Sandbox)
+	if serr != nil {
+		c.reply(msg.ID, nil, serr)
 		return
 	}
 	dir, derr := absPath(p.Cwd)
@@ -430,14 +427,23 @@ func (c *conn) start(msg wire.Message) {
 		}
 	}
 	spec.Env = BuildEnv(ServerEnv(), policy, p.Env)
+	if spec.Sandbox, serr = c.sup.SandboxFor(sb, dir, spec.Env); serr != nil {
+		c.reply(msg.ID, nil, serr)
+		return
+	}
+	if e := managedNetworkError(&p, spec.Sandbox != nil); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	spec.Limits = LimitsFrom(p.Limits)
 	sub := c.subscriber()
 	ref, err := c.sup.Spawn(p.ProcessID, spec, &sub)
 	if err != nil {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "%s", err.Error()))
+		c.reply(msg.ID, nil, wire.Errorf(spawnErrorCode(err), "%s", err.Error()))
 		return
 	}
 	c.session.Procs[p.ProcessID] = ref
-	c.reply(msg.ID, startResult(p.ProcessID, false), nil)
+	c.reply(msg.ID, wire.StartResult{ProcessID: p.ProcessID, SandboxType: SandboxType(spec.Sandbox)}, nil)
 }
 
 // absPath accepts an absolute path or a file: URI.
@@ -689,7 +695,7 @@ func (c *conn) list(msg wire.Message) {
 		if err != nil {
 			continue
 		}
-		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Metadata: wireMetadata(ref.Metadata())}
+		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Limit: info.Limit, Metadata: wireMetadata(ref.Metadata())}
 		if info.State >= StateExited {
 			code := info.ExitCode
 			wi.ExitCode = &code
@@ -778,7 +784,7 @@ func encodeEvent(dst []byte, ev Event) []byte {
 	case EventOutput:
 		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
 	case EventExited:
-		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode)
+		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.Limit)
 	case EventMessage:
 		return append(dst, ev.Data...)
 	default:

@@ -121,11 +121,10 @@ func TestStartMetadataSandboxTypeAndManagedNetwork(t *testing.T) {
 	mustOK(t, start("details", map[string]any{"enforceManagedNetwork": false, "managedNetwork": map[string]any{"loopbackPorts": []int{3128}, "allowLocalBinding": true}}))
 	mustErr(t, start("proxy", map[string]any{"networkProxy": map[string]any{}}), -32602,
 		"managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false)")
-	sandbox := map[string]any{"permissions": map[string]any{"type": "disabled"}}
-	mustErr(t, start("fail-closed", map[string]any{"enforceManagedNetwork": true, "sandbox": sandbox}), -32602,
-		"managed network cannot be provided: enforceManagedNetwork is set without managedNetwork, so the sandbox would have no proxy to allow")
-	mustErr(t, start("ports", map[string]any{"enforceManagedNetwork": true, "managedNetwork": map[string]any{"loopbackPorts": []int{3128}}, "sandbox": sandbox}), -32602,
-		"managed network cannot be provided: this executor cannot confine a sandboxed process's network to the managed proxy's loopback ports")
+	// A sandbox with permissions "disabled" enforces nothing: nothing to
+	// route through a proxy either (refusals under an enforced sandbox are
+	// in TestManagedNetworkError and the E2E tests, which have a sandbox host).
+	mustOK(t, start("disabled", map[string]any{"enforceManagedNetwork": true, "sandbox": map[string]any{"permissions": map[string]any{"type": "disabled"}}}))
 	r = start("badports", map[string]any{"managedNetwork": map[string]any{"loopbackPorts": "x"}})
 	if r.Error == nil || r.Error.Code != -32602 {
 		t.Errorf("managedNetwork with bad ports: %+v, want -32602", r.Error)
@@ -154,6 +153,7 @@ func TestStartMetadataSandboxTypeAndManagedNetwork(t *testing.T) {
 		"plain":    `null`,
 		"enforced": `null`,
 		"details":  `null`,
+		"disabled": `null`,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("process/list metadata %v\nwant %v", got, want)
@@ -163,4 +163,32 @@ func TestStartMetadataSandboxTypeAndManagedNetwork(t *testing.T) {
 func sameJSON(a, b []byte) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
+
+func TestManagedNetworkError(t *testing.T) {
+	ports := &wire.ManagedNetwork{LoopbackPorts: []uint16{3128}}
+	cases := []struct {
+		p         wire.StartParams
+		sandboxed bool
+		want      string // "" for no error
+	}{
+		{wire.StartParams{}, false, ""},
+		{wire.StartParams{}, true, ""},
+		{wire.StartParams{EnforceManagedNetwork: true}, false, ""},
+		{wire.StartParams{EnforceManagedNetwork: true, ManagedNetwork: ports}, false, ""},
+		{wire.StartParams{ManagedNetwork: ports}, true, ""},
+		{wire.StartParams{NetworkProxy: json.RawMessage(`null`)}, false, ""},
+		{wire.StartParams{EnforceManagedNetwork: true}, true, "managed network cannot be provided: enforceManagedNetwork is set without managedNetwork, so the sandbox would have no proxy to allow"},
+		{wire.StartParams{EnforceManagedNetwork: true, ManagedNetwork: ports}, true, "managed network cannot be provided: this executor cannot confine a sandboxed process's network to the managed proxy's loopback ports"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(`{}`)}, false, "managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false)"},
+	}
+	for i, c := range cases {
+		e := managedNetworkError(&c.p, c.sandboxed)
+		switch {
+		case c.want == "" && e != nil:
+			t.Errorf("case %d: unexpected %v", i, e)
+		case c.want != "" && (e == nil || e.Code != wire.CodeInvalidParams || e.Message != c.want):
+			t.Errorf("case %d: got %v, want -32602 %q", i, e, c.want)
+		}
+	}
 }

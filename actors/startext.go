@@ -5,14 +5,9 @@ import "github.com/runtimed/runtimed/wire"
 // Helpers of process/start for the Codex 0.169 fields (PROTOCOL.md section
 // 7.2), kept out of conn.start so that it stays short.
 
-// sandboxRequested reports whether process/start carried a sandbox (any
-// non-null value).
-func sandboxRequested(p *wire.StartParams) bool {
-	return len(p.Sandbox) > 0 && string(p.Sandbox) != "null"
-}
-
 // managedNetworkError says why the managed network p asks for cannot be
-// provided, or nil. sandboxed: the process will run in an enforced sandbox.
+// provided, or nil. sandboxed: the process will run in an enforced sandbox
+// (the request's, or the server's default).
 //
 // As in the reference exec-server, enforceManagedNetwork without a sandbox
 // has nothing to enforce: the process runs unsandboxed ("sandboxType":
@@ -51,15 +46,4 @@ func wireMetadata(m *Metadata) *wire.ProcessMetadata {
 		return nil
 	}
 	return &wire.ProcessMetadata{ThreadID: m.ThreadID, ToolCallID: m.ToolCallID}
-}
-
-// startResult is process/start's answer. sandboxType is "none" for an
-// unsandboxed process and "linuxSeccomp" when a sandbox policy was
-// enforced (the value Codex reports for its own Linux sandbox).
-func startResult(processID string, sandboxed bool) wire.StartResult {
-	st := wire.SandboxTypeNone
-	if sandboxed {
-		st = wire.SandboxTypeLinuxSeccomp
-	}
-	return wire.StartResult{ProcessID: processID, SandboxType: st}
 }

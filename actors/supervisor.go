@@ -24,6 +24,14 @@ type Config struct {
 	MaxProcesses int
 	// FsRoots confines the fs/* methods (zero value: the whole filesystem).
 	FsRoots fsops.Roots
+	// Isolation is the sandbox host and cgroup manager children are
+	// spawned with (zero value: sandboxes and limits are refused, trees
+	// are contained by process group only).
+	Isolation Isolation
+	// DefaultSandbox (FloorReadOnly, FloorWorkspaceWrite or FloorNone) is
+	// applied to starts that carry no sandbox; RequireSandbox refuses them.
+	DefaultSandbox string
+	RequireSandbox bool
 	// Environment is the host as environment/info reports it (collected
 	// once by package runtime), and Capabilities the optional features the
 	// server provides (its capabilities map).
@@ -82,7 +90,7 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 	if s.stopped() {
 		return nil, ErrStopped
 	}
-	sess, err := startOS(spec)
+	sess, err := startOS(spec, s.cfg.Isolation)
 	if err != nil {
 		return nil, err
 	}

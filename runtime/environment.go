@@ -18,8 +18,11 @@ const DefaultMaxHTTPBodyBytes = 16 << 20
 // work: fs/watchMissing (FsWatchMissing), fs/open "replace" with
 // fs/writeBlock (FileWriteStreaming), sandboxed fs streams
 // (SandboxedFileStreaming), ... Every other flag stays false.
-func capabilities(cfg Config) wire.Capabilities {
-	_ = cfg // flags that depend on the configuration read it here
+//
+// cfg and iso (the probed sandbox host, nil-safe) are there for flags that
+// depend on the configuration or on what this host can enforce.
+func capabilities(cfg Config, iso *isolation) wire.Capabilities {
+	_, _ = cfg, iso
 	return wire.Capabilities{}
 }
 

@@ -84,7 +84,8 @@ type StartParams struct {
 	PipeStdin bool              `json:"pipeStdin"`
 	Arg0      *string           `json:"arg0"`
 	Size      *Size             `json:"size"`
-	Sandbox   json.RawMessage   `json:"sandbox"`
+	Sandbox   json.RawMessage   `json:"sandbox"` // parsed strictly by ParseSandbox
+	Limits    *StartLimits      `json:"limits"`  // (ext)
 	// Metadata attributes the process to a Codex thread and tool call; it
 	// is kept and shown by process/list (section 7.2).
 	Metadata *ProcessMetadata `json:"metadata"`
@@ -111,19 +112,13 @@ type ManagedNetwork struct {
 	AllowLocalBinding bool     `json:"allowLocalBinding"`
 }
 
-// Sandbox types answered by process/start (section 7.2).
-const (
-	SandboxTypeNone         = "none"
-	SandboxTypeLinuxSeccomp = "linuxSeccomp"
-)
+func (*StartParams) RequiredFields() []string { return []string{"processId", "argv", "cwd"} }
 
-// StartResult is the result of process/start. Codex 0.135 ignores SandboxType.
+// StartResult is the result of process/start.
 type StartResult struct {
 	ProcessID   string `json:"processId"`
 	SandboxType string `json:"sandboxType"`
 }
-
-func (*StartParams) RequiredFields() []string { return []string{"processId", "argv", "cwd"} }
 
 // ProcessIDResult is {"processId"}.
 type ProcessIDResult struct {
@@ -219,6 +214,7 @@ type ProcessInfo struct {
 	State     string   `json:"state"`
 	ExitCode  *int     `json:"exitCode"`
 	NextSeq   uint64   `json:"nextSeq"`
+	Limit     string   `json:"limit,omitempty"` // (ext) the resource limit that ended it
 	// Metadata is process/start's metadata, or null.
 	Metadata *ProcessMetadata `json:"metadata"`
 }
@@ -239,6 +235,7 @@ type ExitedNotification struct {
 	Seq           uint64 `json:"seq"`
 	ExitCode      int    `json:"exitCode"`
 	SandboxDenied bool   `json:"sandboxDenied"`
+	Limit         string `json:"limit,omitempty"` // (ext)
 }
 
 // ClosedNotification is process/closed.
