@@ -13,4 +13,7 @@ require (
 	pgregory.net/rapid v1.3.0
 )
 
-require go.uber.org/multierr v1.10.0 // indirect
+require (
+	github.com/fsnotify/fsnotify v1.10.1 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+)

@@ -85,6 +85,7 @@ type target struct {
 	arg  string // as the client sent it: for confinement and usage messages
 	abs  string // absolute path (a URI decoded): for OS error messages
 	phys string // physical path the operation uses
+	uri  bool   // arg is a file: URI: answers carry paths as URIs too
 }
 
 // resolveArg parses a path argument, resolves it (following a final
@@ -94,7 +95,7 @@ func (r Roots) resolveArg(arg string, follow bool) (target, *wire.Error) {
 	if werr != nil {
 		return target{}, werr
 	}
-	t := target{arg: arg, abs: abs}
+	t := target{arg: arg, abs: abs, uri: isURI(arg)}
 	phys, err := resolve(abs, follow)
 	if err != nil {
 		return target{}, osError(err, t)
@@ -111,7 +112,7 @@ func (r Roots) resolveArg(arg string, follow bool) (target, *wire.Error) {
 // applied during resolution, after the symbolic links before it.
 func parsePath(p string) (string, *wire.Error) {
 	s := p
-	if strings.HasPrefix(s, "file:") {
+	if isURI(s) {
 		u, err := url.Parse(s)
 		if err != nil {
 			return "", wire.ErrPathNotAbsolute(p)
