@@ -50,12 +50,12 @@ import (
 // followed link whose target lies outside the roots is not listed; it goes
 // to errors as "path {path} is outside the allowed roots".
 
-const (
-	// walkResponseBudget bounds the estimated size of an answer; an entry or
-	// error costs its text plus walkItemOverhead.
-	walkResponseBudget = 4 << 20
-	walkItemOverhead   = 64
-)
+// walkResponseBudget bounds the estimated size of an answer (4 MiB); an
+// entry or error costs its text plus walkItemOverhead. A variable only so
+// that tests can lower it.
+var walkResponseBudget = 4 << 20
+
+const walkItemOverhead = 64
 
 // walkDir is a directory waiting to be read.
 type walkDir struct {
