@@ -36,10 +36,10 @@ func TestCanonicalizeKeepsPathForm(t *testing.T) {
 	mustSymlink(t, "real dir", filepath.Join(dir, "link"))
 	want := filepath.Join(dir, "real dir")
 	cases := map[string]string{
-		filepath.Join(dir, "link"):                           want,
-		fileURI(filepath.Join(dir, "link")):                  fileURI(want),
-		"file://localhost" + dir + "/link/../link":           fileURI(want),
-		"file:" + dir + "/link":                              fileURI(want),
+		filepath.Join(dir, "link"):                          want,
+		fileURI(filepath.Join(dir, "link")):                 fileURI(want),
+		"file://localhost" + dir + "/link/../link":          fileURI(want),
+		"file:" + dir + "/link":                             fileURI(want),
 		fileURI(filepath.Join(dir, "link")) + "/./missing/": fileURI(want + "/missing"),
 	}
 	for in, out := range cases {
