@@ -158,8 +158,8 @@ func TestFsPathForm(t *testing.T) {
 		c := session(t, tr)
 		ctx := tctx(t, wait)
 		for in, want := range map[string]string{
-			filepath.Join(dir, "link"):                     filepath.Join(dir, "real"),
-			uriOf(filepath.Join(dir, "link")):              uriOf(filepath.Join(dir, "real")),
+			filepath.Join(dir, "link"):                      filepath.Join(dir, "real"),
+			uriOf(filepath.Join(dir, "link")):               uriOf(filepath.Join(dir, "real")),
 			"file://localhost" + filepath.Join(dir, "link"): uriOf(filepath.Join(dir, "real")),
 		} {
 			var res struct{ Path string }
@@ -371,4 +371,3 @@ func TestFsWatchMissing(t *testing.T) {
 		}
 	})
 }
-
