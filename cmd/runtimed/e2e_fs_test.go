@@ -178,7 +178,6 @@ func TestFsReplace(t *testing.T) {
 		dir := physTemp(t)
 		dst := filepath.Join(dir, "out.bin")
 		c, _ := fsServer(t, tr)
-		ctx := tctx(t, wait)
 		b64 := base64.StdEncoding.EncodeToString
 
 		mustCallInto(t, c, "fs/open", map[string]any{"handleId": "w1", "path": uriOf(dst), "mode": "replace"}, nil)
@@ -204,13 +203,13 @@ func TestFsReplace(t *testing.T) {
 		if blk.Chunk != b64(data[len(data)-4:]) || !blk.EOF {
 			t.Errorf("readBlock at the end: %+v", blk)
 		}
-		_, err := call(ctx, c, "fs/writeBlock", map[string]any{"handleId": "r1", "offset": 0, "chunk": "eA=="})
+		_, err := call(tctx(t, wait), c, "fs/writeBlock", map[string]any{"handleId": "r1", "offset": 0, "chunk": "eA=="})
 		wantRPCError(t, "write to a read handle", err, -32603, "fs/writeBlock: file handle `r1` was opened with mode read: bad file descriptor")
-		_, err = call(ctx, c, "fs/open", map[string]any{"handleId": "x", "path": dst, "mode": "write"})
+		_, err = call(tctx(t, wait), c, "fs/open", map[string]any{"handleId": "x", "path": dst, "mode": "write"})
 		wantRPCError(t, "unknown mode", err, -32602, "unknown variant `write`, expected `read` or `replace`")
-		_, err = call(ctx, c, "fs/writeBlock", map[string]any{"handleId": "nope", "offset": 0, "chunk": "eA=="})
+		_, err = call(tctx(t, wait), c, "fs/writeBlock", map[string]any{"handleId": "nope", "offset": 0, "chunk": "eA=="})
 		wantRPCError(t, "unknown handle", err, -32004, "unknown file handle `nope`")
-		_, err = call(ctx, c, "fs/writeBlock", map[string]any{"handleId": "r1", "offset": 0, "chunk": ""})
+		_, err = call(tctx(t, wait), c, "fs/writeBlock", map[string]any{"handleId": "r1", "offset": 0, "chunk": ""})
 		wantRPCError(t, "empty chunk", err, -32600, "file write block length must be between 1 and 1048576")
 	})
 }
@@ -288,7 +287,6 @@ func TestFsWatchMissing(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr transport) {
 		dir := physTemp(t)
 		c, srv := fsServer(t, tr)
-		ctx := tctx(t, wait)
 		watch := func(params map[string]any) bool {
 			t.Helper()
 			var res struct {
@@ -335,7 +333,7 @@ func TestFsWatchMissing(t *testing.T) {
 		if err := os.WriteFile(deep, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.WaitNotification(ctx, missingChanged("1")); err != nil {
+		if _, err := c.WaitNotification(tctx(t, wait), missingChanged("1")); err != nil {
 			t.Fatalf("no fs/missingChanged for watch 1: %v", err)
 		}
 		// Notifications follow the events' order, so one caused by old,
@@ -346,7 +344,7 @@ func TestFsWatchMissing(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "new"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.WaitNotification(ctx, missingChanged("2")); err != nil {
+		if _, err := c.WaitNotification(tctx(t, wait), missingChanged("2")); err != nil {
 			t.Fatalf("no fs/missingChanged for watch 2: %v", err)
 		}
 		for _, n := range c.TakeNotifications(nil) {
@@ -361,7 +359,7 @@ func TestFsWatchMissing(t *testing.T) {
 		if !watch(map[string]any{"watchId": 5, "missing": []string{filepath.Join(dir, "five")}}) {
 			t.Fatal("watch 5 not watching")
 		}
-		_, err := call(ctx, c, "fs/watchMissing", map[string]any{"watchId": -5, "missing": []string{}})
+		_, err := call(tctx(t, wait), c, "fs/watchMissing", map[string]any{"watchId": -5, "missing": []string{}})
 		wantRPCError(t, "negative watchId", err, -32602, "invalid type for field `watchId`: expected non-negative integer or string")
 		if tr.name == "ws" {
 			c.Close()
