@@ -304,7 +304,7 @@ func ErrFileURIHost(uri string) *Error {
 }
 
 func ErrHandleExists(handle string) *Error {
-	return Errorf(CodeInvalidRequest, "file read handle `%s` already exists", handle)
+	return Errorf(CodeInvalidRequest, "file handle `%s` already exists", handle)
 }
 
 func ErrReadOffset(offset uint64) *Error {

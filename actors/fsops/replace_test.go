@@ -127,7 +127,7 @@ func TestReplaceErrors(t *testing.T) {
 		{wire.MethodFsOpen, obj{"handleId": "x", "path": file, "mode": "append"}, wire.CodeInvalidParams, "unknown variant `append`, expected `read` or `replace`"},
 		{wire.MethodFsOpen, obj{"handleId": "x", "path": file, "mode": "Read"}, wire.CodeInvalidParams, "unknown variant `Read`, expected `read` or `replace`"},
 		{wire.MethodFsOpen, obj{"handleId": "x", "path": file, "mode": 1}, wire.CodeInvalidParams, "invalid type for field `mode`: expected string, got number"},
-		{wire.MethodFsOpen, obj{"handleId": "w", "path": file, "mode": "replace"}, wire.CodeInvalidRequest, "file read handle `w` already exists"},
+		{wire.MethodFsOpen, obj{"handleId": "w", "path": file, "mode": "replace"}, wire.CodeInvalidRequest, "file handle `w` already exists"},
 		{wire.MethodFsOpen, obj{"handleId": "x", "path": dir, "mode": "replace"}, wire.CodeInternal, "open " + dir + ": is a directory"},
 		{wire.MethodFsOpen, obj{"handleId": "x", "path": filepath.Join(dir, "no/such"), "mode": "replace"}, wire.CodeNotFound, "open " + filepath.Join(dir, "no/such") + ": no such file or directory"},
 		{wire.MethodFsOpen, obj{"handleId": "x", "path": "rel", "mode": "replace"}, wire.CodeInvalidParams, "path must be absolute: rel"},
