@@ -387,8 +387,9 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrEmptyArgv())
 		return
 	}
-	if len(p.Sandbox) > 0 && string(p.Sandbox) != "null" {
-		c.reply(msg.ID, nil, wire.ErrSandbox())
+	sb, serr := wire.ParseSandbox(p.Sandbox)
+	if serr != nil {
+		c.reply(msg.ID, nil, serr)
 		return
 	}
 	dir, derr := absPath(p.Cwd)
@@ -419,14 +420,19 @@ func (c *conn) start(msg wire.Message) {
 		}
 	}
 	spec.Env = BuildEnv(ServerEnv(), policy, p.Env)
+	if spec.Sandbox, serr = c.sup.SandboxFor(sb, dir, spec.Env); serr != nil {
+		c.reply(msg.ID, nil, serr)
+		return
+	}
+	spec.Limits = LimitsFrom(p.Limits)
 	sub := c.subscriber()
 	ref, err := c.sup.Spawn(p.ProcessID, spec, &sub)
 	if err != nil {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "%s", err.Error()))
+		c.reply(msg.ID, nil, wire.Errorf(spawnErrorCode(err), "%s", err.Error()))
 		return
 	}
 	c.session.Procs[p.ProcessID] = ref
-	c.reply(msg.ID, wire.ProcessIDResult{ProcessID: p.ProcessID}, nil)
+	c.reply(msg.ID, wire.StartResult{ProcessID: p.ProcessID, SandboxType: SandboxType(spec.Sandbox)}, nil)
 }
 
 // absPath accepts an absolute path or a file: URI.
@@ -678,7 +684,7 @@ func (c *conn) list(msg wire.Message) {
 		if err != nil {
 			continue
 		}
-		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq}
+		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Limit: info.Limit}
 		if info.State >= StateExited {
 			code := info.ExitCode
 			wi.ExitCode = &code
@@ -767,7 +773,7 @@ func encodeEvent(dst []byte, ev Event) []byte {
 	case EventOutput:
 		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
 	case EventExited:
-		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode)
+		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.Limit)
 	default:
 		return wire.AppendClosedNotification(dst, ev.ProcessID, ev.Seq)
 	}

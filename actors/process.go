@@ -55,7 +55,10 @@ type Event struct {
 	Stream    Stream
 	Data      []byte
 	ExitCode  int
-	To        uint64 // last seq of an EventGap
+	// Limit names the resource limit that ended the process (exited
+	// events only; "" when none did).
+	Limit string
+	To    uint64 // last seq of an EventGap
 }
 
 // Subscriber is where a process actor delivers live events: the attached
@@ -113,6 +116,7 @@ type ProcessInfo struct {
 	State    ProcessState
 	ExitCode int // valid when State >= StateExited
 	NextSeq  uint64
+	Limit    string // the resource limit that ended it, if any
 }
 
 // procMsg is the closed set of requests a process actor accepts.
@@ -244,6 +248,7 @@ type process struct {
 	heldUntil   time.Time
 	exited      bool
 	exitCode    int
+	limit       string // the resource limit that ended it, if any
 	exitSeq     uint64
 	closed      bool
 	closedSeq   uint64
@@ -294,7 +299,10 @@ type ProcessRef struct {
 
 // finalState is written by the process actor before it closes closedC and
 // never after, so reading it after <-closedC needs no lock.
-type finalState struct{ exitCode int }
+type finalState struct {
+	exitCode int
+	limit    string
+}
 
 func (r *ProcessRef) ID() string            { return r.id }
 func (r *ProcessRef) Pid() int              { return r.pid }
@@ -399,6 +407,10 @@ func (r *ProcessRef) Closed() <-chan struct{} { return r.closedC }
 
 // ExitCode returns the exit code; valid only after Closed() is closed.
 func (r *ProcessRef) ExitCode() int { return r.final.exitCode }
+
+// Limit names the resource limit that ended the process, once Closed is
+// closed ("" when none did).
+func (r *ProcessRef) Limit() string { return r.final.limit }
 
 // Subscription is a lag-mode subscriber: History holds the events after
 // the requested seq that existed when it subscribed (evicted output as
@@ -536,6 +548,7 @@ func (p *process) stdinLoop() {
 // once the process is closed.
 func (p *process) run(stop, kill <-chan struct{}) {
 	defer close(p.done)
+	defer p.sess.Release()
 	p.timer = time.NewTimer(time.Hour)
 	p.timer.Stop()
 	defer p.timer.Stop()
@@ -632,7 +645,7 @@ func (p *process) eventAt(seq uint64) (Event, bool) {
 	}
 	switch {
 	case p.exited && seq == p.exitSeq:
-		return Event{ProcessID: p.id, Kind: EventExited, Seq: seq, ExitCode: p.exitCode}, true
+		return Event{ProcessID: p.id, Kind: EventExited, Seq: seq, ExitCode: p.exitCode, Limit: p.limit}, true
 	case p.closed && seq == p.closedSeq:
 		return Event{ProcessID: p.id, Kind: EventClosed, Seq: seq}, true
 	}
@@ -841,6 +854,7 @@ func (p *process) handleExit(code int) {
 	p.timeoutAt = time.Time{}
 	p.exited = true
 	p.exitCode = code
+	p.limit = p.sess.Limit(code)
 	p.exitSeq = p.nextSeq
 	p.nextSeq++
 	if !p.terminating {
@@ -853,7 +867,7 @@ func (p *process) handleExit(code int) {
 		_ = p.sess.Signal(syscall.SIGKILL)
 		p.forceDrain()
 	}
-	p.publish(Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: code})
+	p.publish(Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: code, Limit: p.limit})
 	p.wakePolls()
 	p.maybeClose()
 }
@@ -883,6 +897,7 @@ func (p *process) maybeClose() {
 	}
 	p.listeners = nil
 	p.final.exitCode = p.exitCode
+	p.final.limit = p.limit
 	close(p.closedC)
 	p.wakePolls()
 }
@@ -921,7 +936,7 @@ func (p *process) historyAfter(after uint64) []Event {
 	chunks := p.ring.After(nil, after, 0)
 	life := make([]Event, 0, 2)
 	if p.exited && p.exitSeq > after {
-		life = append(life, Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: p.exitCode})
+		life = append(life, Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: p.exitCode, Limit: p.limit})
 	}
 	if p.closed && p.closedSeq > after {
 		life = append(life, Event{ProcessID: p.id, Kind: EventClosed, Seq: p.closedSeq})
@@ -1048,5 +1063,5 @@ func (p *process) info() ProcessInfo {
 	case p.exited:
 		st = StateExited
 	}
-	return ProcessInfo{ID: p.id, Pid: p.pid, Argv: p.argv, TTY: p.tty, State: st, ExitCode: p.exitCode, NextSeq: p.nextSeq}
+	return ProcessInfo{ID: p.id, Pid: p.pid, Argv: p.argv, TTY: p.tty, State: st, ExitCode: p.exitCode, NextSeq: p.nextSeq, Limit: p.limit}
 }

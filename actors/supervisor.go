@@ -22,7 +22,15 @@ type Config struct {
 	MaxProcesses int
 	// FsRoots confines the fs/* methods (zero value: the whole filesystem).
 	FsRoots fsops.Roots
-	Logger  *zap.Logger
+	// Isolation is the sandbox host and cgroup manager children are
+	// spawned with (zero value: sandboxes and limits are refused, trees
+	// are contained by process group only).
+	Isolation Isolation
+	// DefaultSandbox (FloorReadOnly, FloorWorkspaceWrite or FloorNone) is
+	// applied to starts that carry no sandbox; RequireSandbox refuses them.
+	DefaultSandbox string
+	RequireSandbox bool
+	Logger         *zap.Logger
 }
 
 // Supervisor owns the registry actor and tracks every goroutine the actors
@@ -62,7 +70,7 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 	if s.stopped() {
 		return nil, ErrStopped
 	}
-	sess, err := startOS(spec)
+	sess, err := startOS(spec, s.cfg.Isolation)
 	if err != nil {
 		return nil, err
 	}

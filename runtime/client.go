@@ -342,6 +342,7 @@ type rproc struct {
 	exited    bool
 	exitSeq   uint64
 	exitCode  int
+	limit     string // the resource limit that ended it (from process/exited)
 	closed    bool
 	closedSeq uint64
 	listeners []chan actors.Event
@@ -565,7 +566,7 @@ func (st *clientState) notification(msg wire.Message) {
 			return
 		}
 		if rp := st.procs[n.ProcessID]; rp != nil {
-			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventExited, Seq: n.Seq, ExitCode: n.ExitCode})
+			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventExited, Seq: n.Seq, ExitCode: n.ExitCode, Limit: n.Limit})
 		}
 	case wire.NotifyProcessClosed:
 		var n wire.ClosedNotification
@@ -635,6 +636,9 @@ func (st *clientState) emit(rp *rproc, ev actors.Event) {
 	switch ev.Kind {
 	case actors.EventExited:
 		rp.exited, rp.exitSeq, rp.exitCode = true, ev.Seq, ev.ExitCode
+		if ev.Limit != "" {
+			rp.limit = ev.Limit
+		}
 	case actors.EventClosed:
 		rp.closed, rp.closedSeq = true, ev.Seq
 	}
@@ -918,6 +922,14 @@ func (c *Client) Start(ctx context.Context, spec Spec) (Process, error) {
 	if p := spec.EnvPolicy; p != nil {
 		params.EnvPolicy = &wire.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
 	}
+	if spec.Sandbox != nil {
+		raw, err := spec.Sandbox.wire().MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		params.Sandbox = raw
+	}
+	params.Limits = spec.Limits.wire()
 	if r := c.callResult(ctx, wire.MethodProcessStart, params); r.err != nil {
 		var re *RPCError
 		if !(r.resent && errors.As(r.err, &re) && re.Message == wire.ErrProcessExists(spec.ID).Message) {
@@ -1038,7 +1050,7 @@ func (p *remoteProcess) Wait(ctx context.Context) (ExitStatus, error) {
 		if p.rp.failure != nil {
 			return ExitStatus{}, p.rp.failure
 		}
-		return ExitStatus{Code: p.rp.exitCode}, nil
+		return ExitStatus{Code: p.rp.exitCode, Limit: p.rp.limit}, nil
 	case <-ctx.Done():
 		return ExitStatus{}, ctx.Err()
 	}

@@ -64,13 +64,25 @@ type Config struct {
 	// FsRoots confines every fs/* method to these directories (after
 	// resolving symlinks). Empty means the whole filesystem.
 	FsRoots []string
+	// DefaultSandbox ("read-only" or "workspace-write", with the start's
+	// cwd as the project root) confines starts that carry no sandbox.
+	// Empty: such starts run unconfined.
+	DefaultSandbox string
+	// RequireSandbox refuses starts that carry no sandbox (and no
+	// DefaultSandbox applies) with -32602.
+	RequireSandbox bool
+	// Containment is ContainAuto (a cgroup per process tree where this host
+	// allows it) or ContainProcessGroup.
+	Containment string
 }
 
 // Validate reports configuration errors that NewServer would otherwise
 // turn into failing Serve calls (for example an fs root that does not exist).
 func (c Config) Validate() error {
-	_, err := fsops.NewRoots(c.FsRoots)
-	return err
+	if _, err := fsops.NewRoots(c.FsRoots); err != nil {
+		return err
+	}
+	return validateSandboxConfig(c)
 }
 
 func (c Config) withDefaults() Config {
@@ -117,6 +129,7 @@ type Server struct {
 	cfg Config
 	log *zap.Logger
 	sup *actors.Supervisor
+	iso *isolation // the sandbox host and cgroup manager, released after the supervisor stops
 
 	initErr error // a configuration error: Serve and ServeTransport return it
 
@@ -133,8 +146,12 @@ type Server struct {
 func NewServer(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancelCause(context.Background())
-	scfg := supervisorConfig(cfg)
+	iso := newIsolation(cfg)
+	scfg := supervisorConfig(cfg, iso)
 	roots, err := fsops.NewRoots(cfg.FsRoots)
+	if err == nil {
+		err = validateSandboxConfig(cfg)
+	}
 	if err != nil {
 		// Serve refuses to run; until then confine to nothing reachable.
 		roots, _ = fsops.NewRoots([]string{os.TempDir()})
@@ -145,6 +162,7 @@ func NewServer(cfg Config) *Server {
 		log:       cfg.Logger,
 		initErr:   err,
 		sup:       actors.NewSupervisor(scfg),
+		iso:       iso,
 		ctx:       ctx,
 		cancel:    cancel,
 		listeners: make(map[net.Listener]*http.Server),
@@ -261,6 +279,7 @@ func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
 // until ctx ends, in which case everything is killed and ctx's error is
 // returned.
 func (s *Server) Shutdown(ctx context.Context) error {
+	defer s.iso.release()
 	s.sup.Stop() // first, so ending connections leave their processes to the graceful stop
 	s.beginClose()
 	done := make(chan struct{})
@@ -284,6 +303,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close kills every process (SIGKILL), ends every connection and returns
 // once all goroutines have exited.
 func (s *Server) Close() error {
+	defer s.iso.release()
 	s.beginClose()
 	s.sup.Kill()
 	s.conns.Wait()

@@ -89,10 +89,6 @@ func ErrEmptyArgv() *Error { return Errorf(CodeInvalidParams, "argv must not be 
 
 func ErrEmptyWriteID() *Error { return Errorf(CodeInvalidParams, "writeId must not be empty") }
 
-func ErrSandbox() *Error {
-	return Errorf(CodeInvalidParams, "sandbox intent cannot be enforced on this executor")
-}
-
 func ErrMissingField(field string) *Error {
 	return Errorf(CodeInvalidParams, "missing field `%s`", field)
 }

@@ -82,10 +82,17 @@ type StartParams struct {
 	PipeStdin bool              `json:"pipeStdin"`
 	Arg0      *string           `json:"arg0"`
 	Size      *Size             `json:"size"`
-	Sandbox   json.RawMessage   `json:"sandbox"`
+	Sandbox   json.RawMessage   `json:"sandbox"` // parsed strictly by ParseSandbox
+	Limits    *StartLimits      `json:"limits"`  // (ext)
 }
 
 func (*StartParams) RequiredFields() []string { return []string{"processId", "argv", "cwd"} }
+
+// StartResult is the result of process/start.
+type StartResult struct {
+	ProcessID   string `json:"processId"`
+	SandboxType string `json:"sandboxType"`
+}
 
 // ProcessIDResult is {"processId"}.
 type ProcessIDResult struct {
@@ -181,6 +188,7 @@ type ProcessInfo struct {
 	State     string   `json:"state"`
 	ExitCode  *int     `json:"exitCode"`
 	NextSeq   uint64   `json:"nextSeq"`
+	Limit     string   `json:"limit,omitempty"` // (ext) the resource limit that ended it
 }
 
 // ListResult is the result of process/list.
@@ -199,6 +207,7 @@ type ExitedNotification struct {
 	Seq           uint64 `json:"seq"`
 	ExitCode      int    `json:"exitCode"`
 	SandboxDenied bool   `json:"sandboxDenied"`
+	Limit         string `json:"limit,omitempty"` // (ext)
 }
 
 // ClosedNotification is process/closed.

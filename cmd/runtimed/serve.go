@@ -41,6 +41,9 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error (logs go to stderr)")
 	tokenFile := fs.String("auth-token-file", "", "file holding the bearer token every websocket client must send (or set RUNTIMED_AUTH_TOKEN)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for performance work)")
+	defaultSandbox := fs.String("default-sandbox", "", "confine starts that carry no sandbox: read-only or workspace-write (project root = the start's cwd); empty: run them unconfined")
+	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
+	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible) or pgroup")
 	var origins, fsRoots stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods to this directory (repeatable; default: the whole filesystem)")
 	fs.Var(&origins, "allowed-origin", "an Origin header value allowed to connect (repeatable; by default any request with an Origin is refused)")
@@ -87,6 +90,20 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		AuthToken:       token,
 		AllowedOrigins:  origins,
 		FsRoots:         fsRoots,
+		DefaultSandbox:  *defaultSandbox,
+		RequireSandbox:  *requireSandbox,
+	}
+	switch *containment {
+	case "auto":
+	case "pgroup":
+		cfg.Containment = runtime.ContainProcessGroup
+	default:
+		fmt.Fprintf(stderr, "runtimed serve: --containment %q: expected auto or pgroup\n", *containment)
+		return 2
+	}
+	if *defaultSandbox != "" && *defaultSandbox != "read-only" && *defaultSandbox != "workspace-write" {
+		fmt.Fprintf(stderr, "runtimed serve: --default-sandbox %q: expected read-only or workspace-write\n", *defaultSandbox)
+		return 2
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "runtimed serve: --fs-root: %v\n", err)
