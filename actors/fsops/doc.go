@@ -67,7 +67,8 @@
 // watch.go) say how, and where PROTOCOL.md made runtimed differ.
 //
 // The sandbox field of fs requests (section 7.3) is decoded and handed to
-// one hook, checkSandbox, which accepts every policy for now.
+// one place, checkSandbox, which holds a request that carries a sandbox to the
+// same rules a sandboxed process gets (resolved by package policy).
 //
 // # Concurrency
 //
