@@ -257,7 +257,6 @@ func dedupe(ss []string) []string {
 	return out
 }
 
-
 func unwrapPath(err error) error {
 	var pe *os.PathError
 	if errors.As(err, &pe) {

@@ -56,4 +56,3 @@ func TestSandboxResolveAndFloor(t *testing.T) {
 		t.Errorf("glob deny: %+v %v", p, werr)
 	}
 }
-
