@@ -3,7 +3,7 @@
 // special kinds, file: URIs, subpaths and deny globs become absolute,
 // symlink-free rules. Process starts (package actors) and fs requests
 // (package fsops) resolve through this one place.
-package policy
+package policy // see doc.go
 
 import (
 	"errors"
