@@ -1,6 +1,9 @@
-// Package policy resolves a client's sandbox (wire.Sandbox) into the
-// sandbox.Policy the kernel enforces. See the package comment in
-// policy.go for what it expands.
+// Package policy turns the sandbox a client sent (wire.Sandbox, PROTOCOL.md
+// section 7.3) into the resolved sandbox.Policy the kernel enforces:
+// special kinds, file: URIs, subpaths and deny globs become absolute,
+// symlink-free rules. Process starts (package actors) and fs requests
+// (package fsops) resolve through this one place. It knows the wire schema
+// and the sandbox package, nothing of actors.
 //
 // # Usage
 //

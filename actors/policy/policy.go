@@ -1,9 +1,4 @@
-// Package policy turns the sandbox a client sent (wire.Sandbox, PROTOCOL.md
-// section 7.3) into the resolved sandbox.Policy the kernel enforces:
-// special kinds, file: URIs, subpaths and deny globs become absolute,
-// symlink-free rules. Process starts (package actors) and fs requests
-// (package fsops) resolve through this one place.
-package policy // see doc.go
+package policy
 
 import (
 	"errors"
