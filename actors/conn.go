@@ -811,17 +811,26 @@ func (c *conn) fs(msg wire.Message) {
 	}
 }
 
-// fsWorker is the fs worker goroutine; it owns files, closed when it ends.
+// fsWorker is the fs worker goroutine. It owns the connection's
+// fsops.Worker (fs/open handles and fs/watchMissing watches), closed when
+// it ends, and sends each fs/missingChanged after the answer that armed it.
 func (c *conn) fsWorker() {
-	var files fsops.Handles
-	defer files.CloseAll()
+	w := fsops.NewWorker(c.sup.cfg.FsRoots)
+	defer w.Close()
 	for {
 		select {
 		case msg := <-c.fsq:
-			res, ferr := fsops.Handle(msg.Method, msg.Params, c.sup.cfg.FsRoots, &files)
+			res, ferr := w.Handle(msg.Method, msg.Params)
 			c.reply(msg.ID, res, ferr)
+		case ev, ok := <-w.Events():
+			w.Event(ev, ok)
+		case err, ok := <-w.Errors():
+			w.Error(err, ok)
 		case <-c.ctx.Done():
 			return
+		}
+		for _, n := range w.Notifications() {
+			c.notify(wire.NotifyFsMissingChanged, n)
 		}
 	}
 }

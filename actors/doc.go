@@ -22,7 +22,9 @@
 // costs no thread. A connection actor (ServeConn's goroutine) owns the
 // handshake state, the session's routing table and the app-server handles;
 // its fs worker goroutine (started on the first fs request) runs fs/*
-// requests in arrival order and owns the fs/open handles. The transport's write side belongs to whoever holds
+// requests in arrival order and owns the connection's fsops.Worker: the
+// fs/open handles and the fs/watchMissing watches, whose fs/missingChanged
+// it queues after the answer that armed them. The transport's write side belongs to whoever holds
 // the connection's one-slot write token: its writer goroutine while it
 // drains the queues (and encodes events), or a goroutine answering a
 // request when the token is free; nobody ever waits for the token but the
@@ -99,6 +101,10 @@
 //     order: when the queue is full the request goroutine stops reading the
 //     body and TCP slows the remote server. A buffered body holds at most
 //     Config.HTTP.MaxBodyBytes (beyond it: an error, nothing dropped).
+//   - Filesystem: fs requests wait for the fs worker in a bounded queue
+//     (64); a full queue makes the reader wait. fs/missingChanged goes to
+//     the responses queue like a response (one per watch, at most 128
+//     watches per connection).
 //   - Stdin: writes go to the stdin writer through a bounded channel (64);
 //     further writes wait in the actor, each holding its requester's reply,
 //     so a child that does not read stdin slows only its writers.

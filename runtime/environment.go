@@ -15,15 +15,15 @@ const DefaultMaxHTTPBodyBytes = 16 << 20
 // capabilities is the one place that says which optional features
 // (environmentInfo.capabilities, PROTOCOL.md section 7.1) this build
 // provides. Set a flag only together with the code that makes the feature
-// work: fs/watchMissing (FsWatchMissing), fs/open "replace" with
-// fs/writeBlock (FileWriteStreaming), sandboxed fs streams
-// (SandboxedFileStreaming), ... Every other flag stays false.
-//
-// cfg and iso (the probed sandbox host, nil-safe) are there for flags that
-// depend on the configuration or on what this host can enforce.
+// work; every other flag stays false. cfg and iso (the probed sandbox host,
+// nil-safe) are there for flags that depend on the configuration or on what
+// this host can enforce.
 func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 	_, _ = cfg, iso
-	return wire.Capabilities{}
+	return wire.Capabilities{
+		FsWatchMissing:     true, // fs/watchMissing + fs/missingChanged (actors/fsops)
+		FileWriteStreaming: true, // fs/open mode "replace" + fs/writeBlock (actors/fsops)
+	}
 }
 
 // Shell is a login shell: its base name ("bash") and path.

@@ -214,3 +214,34 @@ func within(p, base string) bool {
 	}
 	return p == base || strings.HasPrefix(p, base+"/")
 }
+
+// Allows reports whether the policy lets a process read (or, with write,
+// write) path, an absolute symlink-free path: the most specific rule that
+// contains it decides (for one path, the last); no rule means no access.
+// It is the logical check for requests served by the daemon itself (fs/*
+// with a sandbox), where no kernel enforcement applies.
+func (p *Policy) Allows(path string, write bool) bool {
+	if p == nil || !p.RestrictFS {
+		return true
+	}
+	for _, d := range DevPaths {
+		if path == d || within(path, "/dev/pts") && d == "/dev/pts" {
+			return true
+		}
+	}
+	best, found := Rule{}, false
+	for _, r := range p.Rules {
+		if within(path, r.Path) && (!found || depth(r.Path) >= depth(best.Path)) {
+			best, found = r, true
+		}
+	}
+	switch {
+	case !found:
+		return false
+	case best.Access == Write:
+		return true
+	case best.Access == Read:
+		return !write
+	}
+	return false
+}

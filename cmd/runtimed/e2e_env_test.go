@@ -25,7 +25,7 @@ var capabilityNames = []string{
 
 // builtCapabilities are the capabilities this build provides (true); every other one must be false.
 // Add a name here together with the code that makes it work (and runtime.capabilities).
-var builtCapabilities = map[string]bool{}
+var builtCapabilities = map[string]bool{"fsWatchMissing": true, "fileWriteStreaming": true}
 
 type envInfo struct {
 	Shell struct {
@@ -144,6 +144,7 @@ func TestEnvironmentInfo(t *testing.T) {
 				t.Errorf("environment/info %+v differs from initialize's %+v", got, fromInit)
 			}
 		}
+		checkCapabilitiesWork(t, c)
 		// A 0.135 client goes on as before.
 		mustStart(t, c, shProc("p", t.TempDir(), "echo ok"))
 		if out := string(mustCollect(t, c, "p").Output()); out != "ok\n" {
@@ -245,4 +246,38 @@ func TestStartMetadataAndSandboxType(t *testing.T) {
 			t.Errorf("process/list metadata %v, want %v", got, want)
 		}
 	})
+}
+
+// checkCapabilitiesWork uses each capability this build claims, so that a flag is never true for a
+// method that is missing.
+func checkCapabilitiesWork(t *testing.T, c *wiretest.Client) {
+	t.Helper()
+	ctx := tctx(t, wait)
+	dir := t.TempDir()
+	// fsWatchMissing: a watch on a missing path, then its end.
+	res, err := call(ctx, c, "fs/watchMissing", map[string]any{"watchId": "w", "missing": []string{fileURI(filepath.Join(dir, "nope"))}, "present": nil})
+	if err != nil || string(res) != `{"watching":true}` {
+		t.Errorf("fsWatchMissing is claimed, fs/watchMissing: %s %v", res, err)
+	}
+	if res, err = call(ctx, c, "fs/watchMissing", map[string]any{"watchId": "w", "missing": []string{}, "present": nil}); err != nil || string(res) != `{"watching":false}` {
+		t.Errorf("fsWatchMissing is claimed, ending the watch: %s %v", res, err)
+	}
+	// fileWriteStreaming: fs/open "replace", fs/writeBlock, fs/close.
+	path := filepath.Join(dir, "streamed")
+	steps := []struct {
+		method string
+		params map[string]any
+	}{
+		{"fs/open", map[string]any{"handleId": "h", "path": fileURI(path), "mode": "replace"}},
+		{"fs/writeBlock", map[string]any{"handleId": "h", "offset": 0, "chunk": "c3RyZWFtZWQ="}},
+		{"fs/close", map[string]any{"handleId": "h"}},
+	}
+	for _, s := range steps {
+		if _, err := call(ctx, c, s.method, s.params); err != nil {
+			t.Errorf("fileWriteStreaming is claimed, %s: %v", s.method, err)
+		}
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "streamed" {
+		t.Errorf("fileWriteStreaming is claimed, the file holds %q (%v)", b, err)
+	}
 }
