@@ -5,6 +5,7 @@ import (
 	"net/url"
 
 	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/actors/contain"
 	"github.com/runtimed/runtimed/actors/hostenv"
 	"github.com/runtimed/runtimed/wire"
 )
@@ -19,11 +20,23 @@ const DefaultMaxHTTPBodyBytes = 16 << 20
 // nil-safe) are there for flags that depend on the configuration or on what
 // this host can enforce.
 func capabilities(cfg Config, iso *isolation) wire.Capabilities {
-	_, _ = cfg, iso
-	return wire.Capabilities{
+	_ = cfg
+	c := wire.Capabilities{
 		FsWatchMissing:     true, // fs/watchMissing + fs/missingChanged (actors/fsops)
 		FileWriteStreaming: true, // fs/open mode "replace" + fs/writeBlock (actors/fsops)
+		// fs/open (both modes) and fs/readBlock/writeBlock hold a request's
+		// sandbox to its rules before touching the disk (actors/fsops checkSandbox).
+		SandboxedFileStreaming: true,
 	}
+	if iso != nil {
+		c.RuntimedSandbox = iso.Host.Enforces()
+		c.RuntimedSandboxSubpaths = c.RuntimedSandbox && iso.Host.MountNS
+		if iso.Contain != nil {
+			c.RuntimedTreeContainment = iso.Contain.Mode() != contain.ModePgroup
+			c.RuntimedLimits = iso.Contain.LimitsOnTree()
+		}
+	}
+	return c
 }
 
 // Shell is a login shell: its base name ("bash") and path.

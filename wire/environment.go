@@ -70,6 +70,22 @@ const (
 	// CapLinuxApprovedRootWritePreservesRestrictions: approved root writes
 	// keep devices and denied root-metadata symlink targets restricted.
 	CapLinuxApprovedRootWritePreservesRestrictions = "linuxApprovedRootWritePreservesRestrictions"
+
+	// runtimed extensions (Codex ignores names it does not know):
+
+	// CapRuntimedSandbox: this host enforces process/start.sandbox
+	// (Landlock ABI 6+, seccomp); false means every sandboxed start is refused.
+	CapRuntimedSandbox = "runtimedSandbox"
+	// CapRuntimedSandboxSubpaths: read-only subpaths under writable roots
+	// and deny entries under readable ones (a private mount namespace).
+	CapRuntimedSandboxSubpaths = "runtimedSandboxSubpaths"
+	// CapRuntimedTreeContainment: every descendant of a process is tracked
+	// by a cgroup and dies with it (setsid and double forks included).
+	CapRuntimedTreeContainment = "runtimedTreeContainment"
+	// CapRuntimedLimits: process/start.limits memoryBytes and pids bound
+	// the whole tree (a cgroup); cpuSeconds, openFiles and fileSizeBytes
+	// are per-process rlimits and always available.
+	CapRuntimedLimits = "runtimedLimits"
 )
 
 // Capabilities is the set of optional features this executor provides. The
@@ -91,6 +107,11 @@ type Capabilities struct {
 	WindowsMxc                                  bool
 	LinuxRootWritePreservesDevices              bool
 	LinuxApprovedRootWritePreservesRestrictions bool
+
+	RuntimedSandbox         bool
+	RuntimedSandboxSubpaths bool
+	RuntimedTreeContainment bool
+	RuntimedLimits          bool
 }
 
 // fields pairs each capability name with its flag, in Codex's order.
@@ -117,6 +138,10 @@ func (c *Capabilities) fields() []struct {
 		{CapWindowsMxc, &c.WindowsMxc},
 		{CapLinuxRootWritePreservesDevices, &c.LinuxRootWritePreservesDevices},
 		{CapLinuxApprovedRootWritePreservesRestrictions, &c.LinuxApprovedRootWritePreservesRestrictions},
+		{CapRuntimedSandbox, &c.RuntimedSandbox},
+		{CapRuntimedSandboxSubpaths, &c.RuntimedSandboxSubpaths},
+		{CapRuntimedTreeContainment, &c.RuntimedTreeContainment},
+		{CapRuntimedLimits, &c.RuntimedLimits},
 	}
 }
 

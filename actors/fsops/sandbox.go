@@ -22,14 +22,15 @@ const (
 // before touching the disk: the same rules a sandboxed process gets
 // (resolved by package policy), checked by path because the daemon itself
 // does the I/O. tmpdir is the daemon's $TMPDIR; project roots without
-// workspaceRoots are the sandbox's cwd. A refusal is -32600 naming the
-// path and what the policy allows there.
+// workspaceRoots are the sandbox's cwd. An entry for a path that does not
+// exist yet still governs it (Codex 0.135 sends such entries). A refusal
+// is -32600 naming the path.
 func checkSandbox(raw json.RawMessage, a access, ts ...target) *wire.Error {
 	sb, werr := wire.ParseSandbox(raw)
 	if werr != nil || sb == nil {
 		return werr
 	}
-	p, werr := policy.Resolve(sb, "", os.Environ())
+	p, werr := policy.ResolveForCheck(sb, "", os.Environ())
 	if werr != nil {
 		return werr
 	}

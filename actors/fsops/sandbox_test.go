@@ -75,3 +75,19 @@ func TestFsSandbox(t *testing.T) {
 	_, werr = call(t, Roots{}, h, "fs/writeFile", obj{"path": filepath.Join(ws, "x"), "dataBase64": data, "sandbox": obj{"permissions": obj{"type": "weird"}}})
 	wantErr(t, werr, wire.CodeInvalidParams, "sandbox.permissions.type", false)
 }
+
+// TestFsSandboxMissingEntry: an entry for a path that does not exist yet
+// (as Codex 0.135 sends) does not refuse the request; it governs the path.
+func TestFsSandboxMissingEntry(t *testing.T) {
+	base := tmp(t)
+	ws := filepath.Join(base, "ws")
+	mustMkdir(t, ws)
+	later := filepath.Join(ws, "later")
+	sb := fsSandbox(ws, obj{"path": obj{"type": "path", "path": later}, "access": "read"})
+	data := base64.StdEncoding.EncodeToString([]byte("x"))
+	h := &Handles{}
+	mustCall(t, Roots{}, h, "fs/writeFile", obj{"path": filepath.Join(ws, "f"), "dataBase64": data, "sandbox": sb})
+	mustMkdir(t, later)
+	_, werr := call(t, Roots{}, h, "fs/writeFile", obj{"path": filepath.Join(later, "g"), "dataBase64": data, "sandbox": sb})
+	wantErr(t, werr, wire.CodeInvalidRequest, "permission denied", false)
+}

@@ -49,6 +49,18 @@ func FloorSandbox(floor, dir string) *wire.Sandbox {
 // Resolve expands sb's special kinds, URIs and deny globs into
 // absolute, symlink-free rules. Errors are -32602 and name the entry.
 func Resolve(sb *wire.Sandbox, dir string, env []string) (*sandbox.Policy, *wire.Error) {
+	return resolve(sb, dir, env, false)
+}
+
+// ResolveForCheck is Resolve for a path check in the daemon (fs requests),
+// where no kernel object is made from the rules: a missing path is kept
+// (its existing prefix resolved, the rest appended), so it governs what
+// may be created there, instead of refusing the request.
+func ResolveForCheck(sb *wire.Sandbox, dir string, env []string) (*sandbox.Policy, *wire.Error) {
+	return resolve(sb, dir, env, true)
+}
+
+func resolve(sb *wire.Sandbox, dir string, env []string, keepMissing bool) (*sandbox.Policy, *wire.Error) {
 	if sb == nil || !sb.Managed {
 		return nil, nil
 	}
@@ -138,6 +150,9 @@ func Resolve(sb *wire.Sandbox, dir string, env []string) (*sandbox.Policy, *wire
 		}
 		for _, raw := range paths {
 			real, err := filepath.EvalSymlinks(raw)
+			if err != nil && keepMissing && errors.Is(err, os.ErrNotExist) && e.Kind != "glob_pattern" {
+				real, err = resolveExistingPrefix(raw)
+			}
 			if err != nil {
 				if e.SkipMissing && errors.Is(err, os.ErrNotExist) {
 					continue
@@ -258,4 +273,25 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// resolveExistingPrefix resolves the symlinks of the longest existing
+// prefix of p and appends the missing rest.
+func resolveExistingPrefix(p string) (string, error) {
+	rest := ""
+	for cur := p; ; {
+		real, err := filepath.EvalSymlinks(cur)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return "", err
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
 }

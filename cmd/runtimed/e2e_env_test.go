@@ -25,7 +25,12 @@ var capabilityNames = []string{
 
 // builtCapabilities are the capabilities this build provides (true); every other one must be false.
 // Add a name here together with the code that makes it work (and runtime.capabilities).
-var builtCapabilities = map[string]bool{"fsWatchMissing": true, "fileWriteStreaming": true}
+var builtCapabilities = map[string]bool{"fsWatchMissing": true, "fileWriteStreaming": true, "sandboxedFileStreaming": true}
+
+// extCapabilities are runtimed's own names; their values depend on what the
+// host can enforce, and TestCapabilitiesAreTruthful checks them against
+// what the server then does.
+var extCapabilities = []string{"runtimedSandbox", "runtimedSandboxSubpaths", "runtimedTreeContainment", "runtimedLimits"}
 
 type envInfo struct {
 	Shell struct {
@@ -99,8 +104,13 @@ func checkEnvInfo(t *testing.T, what string, raw json.RawMessage, wantTmp, wantH
 	} else if info.TempDir != fileURI(wantTmp) || !reflect.DeepEqual(info.TemporaryDirectories, []string{fileURI(wantTmp)}) {
 		t.Errorf("%s: TMPDIR=%s: tempDir %q temporaryDirectories %v", what, wantTmp, info.TempDir, info.TemporaryDirectories)
 	}
-	if len(info.Capabilities) != len(capabilityNames) {
-		t.Errorf("%s: capabilities %v, want exactly %v", what, info.Capabilities, capabilityNames)
+	if len(info.Capabilities) != len(capabilityNames)+len(extCapabilities) {
+		t.Errorf("%s: capabilities %v, want exactly %v and %v", what, info.Capabilities, capabilityNames, extCapabilities)
+	}
+	for _, name := range extCapabilities {
+		if _, ok := info.Capabilities[name]; !ok {
+			t.Errorf("%s: capability %s missing", what, name)
+		}
 	}
 	for _, name := range capabilityNames {
 		v, ok := info.Capabilities[name]
@@ -279,5 +289,30 @@ func checkCapabilitiesWork(t *testing.T, c *wiretest.Client) {
 	}
 	if b, err := os.ReadFile(path); err != nil || string(b) != "streamed" {
 		t.Errorf("fileWriteStreaming is claimed, the file holds %q (%v)", b, err)
+	}
+	// sandboxedFileStreaming: a replace stream that carries a sandbox is held
+	// to it (here read-only: refused before anything is created).
+	ro := map[string]any{"permissions": map[string]any{"type": "managed", "network": "restricted", "file_system": map[string]any{
+		"type": "restricted", "entries": []any{map[string]any{"path": map[string]any{"type": "special", "value": map[string]any{"kind": "root"}}, "access": "read"}}}}}
+	denied := filepath.Join(dir, "denied")
+	_, err = call(ctx, c, "fs/open", map[string]any{"handleId": "d", "path": fileURI(denied), "mode": "replace", "sandbox": ro})
+	wantRPCErrorContains(t, "sandboxedFileStreaming is claimed, a read-only replace", err, -32600, "permission denied by the request's sandbox")
+	if _, err := os.Stat(denied); err == nil {
+		t.Errorf("sandboxedFileStreaming is claimed, yet the denied file was created")
+	}
+	// The runtimed extensions say what this host enforces: a sandboxed start
+	// succeeds exactly when runtimedSandbox is true.
+	var info envInfo
+	raw, err := call(ctx, c, "environment/info", nil)
+	if err != nil || json.Unmarshal(raw, &info) != nil {
+		t.Fatalf("environment/info: %s %v", raw, err)
+	}
+	_, err = call(ctx, c, "process/start", map[string]any{"processId": "sbx", "argv": []string{"/bin/true"}, "cwd": dir,
+		"env": baseEnv(), "tty": false, "sandbox": ro})
+	if info.Capabilities["runtimedSandbox"] != (err == nil) {
+		t.Errorf("runtimedSandbox = %v but a sandboxed start answered %v", info.Capabilities["runtimedSandbox"], err)
+	}
+	if err == nil {
+		mustCollect(t, c, "sbx")
 	}
 }
