@@ -96,6 +96,8 @@ func resolve(sb *wire.Sandbox, dir string, env []string, keepMissing bool) (*san
 		}
 		return nil
 	}
+	// Two entries that give one path different access conflict.
+	seen, origin := map[string]int{}, []string(nil)
 	for i, e := range sb.FS.Entries {
 		field := fmt.Sprintf("sandbox.permissions.file_system.entries[%d]", i)
 		access := map[string]sandbox.Access{"read": sandbox.Read, "write": sandbox.Write, "deny": sandbox.Deny}[e.Access]
@@ -159,6 +161,11 @@ func resolve(sb *wire.Sandbox, dir string, env []string, keepMissing bool) (*san
 				}
 				return nil, wire.Errorf(wire.CodeInvalidParams, "sandbox entry `%s`: %s: %v (use missing_path_behavior `skip` for optional paths)", field, raw, unwrapPath(err))
 			}
+			if j, ok := seen[real]; ok && p.Rules[j].Access != access {
+				return nil, wire.Errorf(wire.CodeInvalidParams, "invalid field `%s`: it gives %s `%s` access, and `%s` gave it `%s`",
+					field, real, e.Access, origin[j], p.Rules[j].Access)
+			}
+			seen[real], origin = len(p.Rules), append(origin, field)
 			p.Rules = append(p.Rules, sandbox.Rule{Path: real, Access: access})
 		}
 	}

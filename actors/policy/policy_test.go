@@ -56,3 +56,31 @@ func TestSandboxResolveAndFloor(t *testing.T) {
 		t.Errorf("glob deny: %+v %v", p, werr)
 	}
 }
+
+// TestConflictingEntries: one path given two accesses is refused naming
+// both entries; the same access twice is fine (Codex may send /tmp as both
+// slash_tmp and tmpdir).
+func TestConflictingEntries(t *testing.T) {
+	ws := t.TempDir()
+	sb := &wire.Sandbox{Managed: true, WorkspaceRoots: []string{ws}, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+		{Kind: "special", Special: "project_roots", Access: "write"}, {Kind: "path", Path: "file://" + ws, Access: "read"}}}}
+	_, werr := Resolve(sb, ws, nil)
+	if werr == nil || werr.Code != wire.CodeInvalidParams || !strings.Contains(werr.Message, "entries[1]") || !strings.Contains(werr.Message, "entries[0]") {
+		t.Errorf("conflict: %v", werr)
+	}
+	sb.FS.Entries[1].Access = "write"
+	if _, werr := Resolve(sb, ws, nil); werr != nil {
+		t.Errorf("same access twice: %v", werr)
+	}
+	tmp := &wire.Sandbox{Managed: true, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+		{Kind: "special", Special: "slash_tmp", Access: "write"}, {Kind: "special", Special: "tmpdir", Access: "write"}}}}
+	if _, werr := Resolve(tmp, ws, []string{"TMPDIR=/tmp"}); werr != nil {
+		t.Errorf("/tmp twice: %v", werr)
+	}
+	for _, bad := range []string{"http://example.com/x", "relative", "file://host.example/etc"} {
+		sb := &wire.Sandbox{Managed: true, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{{Kind: "path", Path: bad, Access: "read"}}}}
+		if _, werr := Resolve(sb, ws, nil); werr == nil || werr.Code != wire.CodeInvalidParams || !strings.Contains(werr.Message, "entries[0].path.path") {
+			t.Errorf("path %q: %v", bad, werr)
+		}
+	}
+}

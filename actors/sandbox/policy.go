@@ -136,6 +136,9 @@ func (p *Policy) plan() (layers, error) {
 		if err != nil {
 			return l, fmt.Errorf("sandbox path %s: %w", r.Path, err)
 		}
+		if real, err := filepath.EvalSymlinks(r.Path); err == nil && real != r.Path {
+			return l, fmt.Errorf("%w: rule path %s goes through a symbolic link (it is %s): give the resolved path", ErrUnsupported, r.Path, real)
+		}
 		dir, id := st.IsDir(), idOf(st)
 		// What Landlock grants here through ancestors, and the mount state
 		// that ancestors' overlays left.
