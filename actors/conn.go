@@ -453,6 +453,9 @@ func absPath(p string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("is not a valid file URI: %s", p)
 		}
+		if u.Host != "" && u.Host != "localhost" {
+			return "", fmt.Errorf("is a file URI with a foreign host %q: %s", u.Host, p)
+		}
 		p = u.Path
 	}
 	if !filepath.IsAbs(p) {
