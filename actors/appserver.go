@@ -146,6 +146,7 @@ func (c *conn) spawnApp(msg wire.Message) {
 // so a client that re-spawns the same handle as soon as it sees the exit
 // finds it free.
 func (c *conn) runApp(a *appProc) {
+	defer c.recoverPanic("app-server adapter", nil)
 	released := false
 	defer func() {
 		if !released {
@@ -244,7 +245,7 @@ func (c *conn) writeStdinApp(msg wire.Message) {
 		}
 	}
 	closeStdin := p.CloseStdin
-	c.deferred(func() {
+	c.deferred(msg.ID, func() {
 		if ch != nil {
 			select {
 			case r := <-ch:

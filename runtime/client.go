@@ -293,6 +293,10 @@ type catchUpMsg struct {
 	id  string
 	res wire.ReadResult
 }
+type dropHistMsg struct {
+	id string
+	rp *rproc
+}
 
 func (callMsg) isClientMsg()            {}
 func (cancelCallMsg) isClientMsg()      {}
@@ -306,6 +310,7 @@ func (registerProcMsg) isClientMsg()    {}
 func (forgetProcMsg) isClientMsg()      {}
 func (subscribeRemoteMsg) isClientMsg() {}
 func (catchUpMsg) isClientMsg()         {}
+func (dropHistMsg) isClientMsg()        {}
 
 type callResult struct {
 	result json.RawMessage
@@ -468,6 +473,10 @@ func (st *clientState) run() {
 			m.reply <- st.subscribe(m.id)
 		case catchUpMsg:
 			st.catchUp(m.id, m.res)
+		case dropHistMsg:
+			if rp := st.procs[m.id]; rp == m.rp {
+				rp.hist, rp.histSize, rp.histFrom = nil, 0, 0
+			}
 		}
 	}
 }
@@ -486,6 +495,9 @@ func (st *clientState) latch(err error) {
 		delete(st.pending, id)
 	}
 	for _, rp := range st.procs {
+		if rp.histTimer != nil {
+			rp.histTimer.Stop()
+		}
 		if !rp.closed {
 			rp.failure = err
 			close(rp.done)

@@ -17,6 +17,13 @@ import (
 // Everything here runs on the client actor (clientState.run) except
 // remoteProcess.subscribe, which talks to it by message.
 
+// The client's own short history of each process (see rproc.hist).
+const (
+	histBytes  = 256 << 10        // output bytes kept per process
+	histEvents = 4096             // events kept per process
+	histKeep   = 10 * time.Second // kept this long after the process closed
+)
+
 type remoteSub struct {
 	live      <-chan actors.Event
 	upto      uint64 // the first seq live will carry
@@ -25,7 +32,11 @@ type remoteSub struct {
 	exitCode  int
 	closed    bool
 	closedSeq uint64
-	err       error
+	// hist is every event from seq histFrom up to upto, in seq order (a
+	// copy); with histFrom <= after+1 the history needs no server read.
+	hist     []actors.Event
+	histFrom uint64 // 0: none kept
+	err      error
 }
 
 // rproc is the client's view of one remote process, owned by run. Only
@@ -41,7 +52,18 @@ type rproc struct {
 	closedSeq uint64
 	listeners []chan actors.Event
 	done      chan struct{}
-	failure   error
+	failure   error // the latched disconnect, or the process's *ProcessError
+	// hist is the client's own history of the newest events (at most
+	// histBytes of output in histEvents events), from seq histFrom on,
+	// kept while the process runs and for histKeep after it closed. A
+	// subscriber that arrives just after Start (runtimed exec), or one
+	// that lagged behind its queue, resubscribes from it without asking
+	// the server, which may have forgotten the process already (closed
+	// retention 0). Older history comes from the server.
+	hist      []actors.Event
+	histSize  int // output bytes in hist
+	histFrom  uint64
+	histTimer *time.Timer // drops hist histKeep after closed
 }
 
 func (st *clientState) notification(msg wire.Message) {
@@ -65,6 +87,12 @@ func (st *clientState) notification(msg wire.Message) {
 			return
 		}
 		if rp := st.procs[n.ProcessID]; rp != nil {
+			if n.Failure != nil {
+				// The server failed the process (ext): the stream ends with
+				// the failure, and Wait returns it.
+				st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventFailed, Seq: n.Seq, Failure: *n.Failure})
+				return
+			}
 			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventClosed, Seq: n.Seq})
 		}
 	}
@@ -124,18 +152,32 @@ func (st *clientState) emit(rp *rproc, ev actors.Event) {
 	} else {
 		rp.next = ev.Seq + 1
 	}
+	need := 1 // room a listener needs for ev and the ending still to come
 	switch ev.Kind {
 	case actors.EventExited:
 		rp.exited, rp.exitSeq, rp.exitCode = true, ev.Seq, ev.ExitCode
+		need = 2
 	case actors.EventClosed:
 		rp.closed, rp.closedSeq = true, ev.Seq
+	case actors.EventFailed:
+		rp.closed, rp.closedSeq = true, ev.Seq
+		rp.failure = &ProcessError{ID: rp.id, Message: ev.Failure}
+	default: // output, gap
+		need = 2
+		if !rp.exited {
+			need = 3
+		}
 	}
+	st.remember(rp, ev)
 	kept := rp.listeners[:0]
 	for _, l := range rp.listeners {
-		select {
-		case l <- ev:
+		// Only this goroutine sends on l: the room cannot shrink before
+		// the send. Output goes only where exited and closed still fit, so
+		// a listener that keeps up always gets the ending.
+		if cap(l)-len(l) >= need {
+			l <- ev
 			kept = append(kept, l)
-		default:
+		} else {
 			close(l) // lagged: the subscriber resubscribes from its seq
 		}
 	}
@@ -159,13 +201,49 @@ func (st *clientState) subscribe(id string) remoteSub {
 	if rp == nil {
 		return remoteSub{err: ErrUnknownProcess}
 	}
-	live := make(chan actors.Event, liveQueueCap)
+	if rp.failure != nil && rp.closed {
+		return remoteSub{err: rp.failure}
+	}
+	live := make(chan actors.Event, max(liveQueueCap, 3))
 	if rp.closed {
 		close(live)
 	} else {
 		rp.listeners = append(rp.listeners, live)
 	}
-	return remoteSub{live: live, upto: rp.next, exited: rp.exited, exitSeq: rp.exitSeq, exitCode: rp.exitCode, closed: rp.closed, closedSeq: rp.closedSeq}
+	rs := remoteSub{live: live, upto: rp.next, exited: rp.exited, exitSeq: rp.exitSeq, exitCode: rp.exitCode, closed: rp.closed, closedSeq: rp.closedSeq}
+	if rp.histFrom > 0 {
+		rs.hist, rs.histFrom = append([]actors.Event(nil), rp.hist...), rp.histFrom
+	}
+	return rs
+}
+
+// remember adds an emitted event to the process's own history, drops the
+// oldest beyond the bounds, and schedules the history's release once the
+// process closed.
+func (st *clientState) remember(rp *rproc, ev actors.Event) {
+	if rp.histFrom == 0 {
+		if rp.histTimer != nil {
+			return // released after the close
+		}
+		rp.histFrom = ev.Seq
+	}
+	rp.hist = append(rp.hist, ev)
+	rp.histSize += len(ev.Data)
+	drop := 0
+	for drop < len(rp.hist)-1 && (rp.histSize > histBytes || len(rp.hist)-drop > histEvents) {
+		rp.histSize -= len(rp.hist[drop].Data)
+		drop++
+	}
+	if drop > 0 {
+		// Subscribers got copies: the dropped events can be cleared.
+		clear(rp.hist[:drop])
+		rp.hist = rp.hist[drop:]
+		rp.histFrom = rp.hist[0].Seq
+	}
+	if rp.closed {
+		c, id := st.c, rp.id
+		rp.histTimer = time.AfterFunc(histKeep, func() { c.toActor(dropHistMsg{id: id, rp: rp}) })
+	}
 }
 
 // resume runs on the actor after a reconnect: resend unanswered requests
@@ -211,8 +289,11 @@ func (st *clientState) resume() {
 }
 
 // catchUp feeds a catch-up read into the seq order. Exit and close are
-// inferred: closed holds the highest seq; the exit is the one seq that is
-// neither output nor close (if output was evicted too, the gap is reported).
+// inferred: closed holds the highest seq; an exit the read reports and this
+// client has not seen is the newest seq that is neither output nor close
+// (retention evicts the oldest output first). Every other seq the read
+// lacks, and no notification brought, is output evicted while the client
+// was away: it is delivered as a gap, one per run of seqs.
 func (st *clientState) catchUp(id string, res wire.ReadResult) {
 	rp := st.procs[id]
 	if rp == nil || rp.closed {
@@ -228,18 +309,30 @@ func (st *clientState) catchUp(id string, res wire.ReadResult) {
 	if res.Closed && top > 0 {
 		closedSeq = top - 1
 	}
+	exitKnown := rp.exited
+	for _, ev := range rp.reorder {
+		exitKnown = exitKnown || ev.Kind == actors.EventExited
+	}
 	var missing []uint64
 	for s := rp.next; s < top; s++ {
-		if !have[s] && s != closedSeq {
+		if _, held := rp.reorder[s]; !held && !have[s] && s != closedSeq {
 			missing = append(missing, s)
 		}
 	}
-	if res.Exited && !rp.exited && len(missing) > 0 {
-		exitSeq := missing[len(missing)-1]
+	var exitSeq uint64
+	if res.Exited && !exitKnown && len(missing) > 0 {
+		exitSeq = missing[len(missing)-1]
 		missing = missing[:len(missing)-1]
-		for _, s := range missing {
-			st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventGap, Seq: s, To: s})
+	}
+	for i := 0; i < len(missing); {
+		j := i
+		for j+1 < len(missing) && missing[j+1] == missing[j]+1 {
+			j++
 		}
+		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventGap, Seq: missing[i], To: missing[j]})
+		i = j + 1
+	}
+	if exitSeq > 0 {
 		code := 0
 		if res.ExitCode != nil {
 			code = *res.ExitCode
@@ -273,7 +366,19 @@ func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscripti
 		return subscription{}, rs.err
 	}
 	var history []actors.Event
-	if after+1 < rs.upto {
+	if after+1 < rs.upto && rs.histFrom > 0 && rs.histFrom <= after+1 {
+		// The client still has everything after `after`: no read, and
+		// nothing the server may have forgotten is missed.
+		for _, ev := range rs.hist {
+			switch {
+			case ev.Kind == actors.EventGap && ev.To > after:
+				ev.Seq = max(ev.Seq, after+1)
+				history = append(history, ev)
+			case ev.Kind != actors.EventGap && ev.Seq > after:
+				history = append(history, ev)
+			}
+		}
+	} else if after+1 < rs.upto {
 		res, err := p.Read(ctx, after, 0, 0)
 		if err != nil {
 			return subscription{}, err
