@@ -162,7 +162,9 @@ func TestProcessPanicOverTheWire(t *testing.T) {
 	wantInternal(t, c.call("process/terminate", map[string]any{"processId": "bad"}), "process bad failed")
 	wantInternal(t, c.call("process/closeStdin", map[string]any{"processId": "bad"}), "process bad failed")
 	mustErr(t, c.call("process/start", map[string]any{"processId": "bad", "argv": []string{"true"}, "cwd": dir}), wire.CodeInvalidRequest, "process bad already exists")
-	c.waitNote(func(m map[string]any) bool { return m["method"] == "process/closed" && params(m)["processId"] == "good" })
+	c.waitNote(func(m map[string]any) bool {
+		return m["method"] == "process/closed" && params(m)["processId"] == "good"
+	})
 	r := c.call("process/read", map[string]any{"processId": "good"})
 	mustOK(t, r)
 	if !strings.Contains(string(r.Result), `"closed":true`) {

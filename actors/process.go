@@ -24,8 +24,11 @@ const (
 	// wait inside the actor, each holding its own requester's reply.
 	stdinQueueCap = 64
 	// maxReadChunk is the largest chunk: one read of a pipe or PTY drains
-	// what is available up to this (256 KiB, 342 KiB of base64 on the wire).
-	maxReadChunk = 256 << 10
+	// what is available up to this (64 KiB, 87 KiB of base64 on the wire).
+	// It is also the most retention can fall short of its byte bound:
+	// chunks are evicted whole, so the newest retainBytes less at most
+	// 64 KiB stay (larger coalesced chunks lost up to 256 KiB).
+	maxReadChunk = 64 << 10
 	// writeIDMemory is how many writeIds per process are remembered for dedupe.
 	writeIDMemory = 4096
 	// exitHold is how long a reported exit waits for the output streams to

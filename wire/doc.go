@@ -12,7 +12,9 @@
 // with [AppendResult] / [AppendError]. process/output notifications are
 // encoded with [AppendOutputNotification], which base64-encodes the chunk
 // straight into the destination buffer (the hot path: no reflection, one
-// copy). Transports are created with [NewStdioTransport],
+// copy). [AppendFailedClosedNotification] is the process/closed of a
+// process the server failed (ext "failure"; requests about it then get
+// [ErrProcessFailed], -32603). Transports are created with [NewStdioTransport],
 // [NewWebsocketTransport] or [DialWebsocket].
 //
 // # Concurrency

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,54 @@ import (
 
 	"github.com/runtimed/runtimed/wire/wiretest"
 )
+
+// PROTOCOL.md §4 retention: process/read keeps the newest --retain-bytes (1 MiB) of output, however
+// the server coalesced it: at least 1 MiB - 64 KiB and at most 1 MiB, the exact tail of what the child
+// wrote, in contiguous seqs ending at the newest output.
+func TestRead(t *testing.T) {
+	t.Run("retained-cap-over-1MiB", func(t *testing.T) {
+		forEachTransport(t, func(t *testing.T, tr transport) {
+			c := session(t, tr)
+			ctx := tctx(t, 90*time.Second)
+			dir := t.TempDir()
+			data := randomBytes(5<<20+12345, 7)
+			file, rel := filepath.Join(dir, "big"), filepath.Join(dir, "rel")
+			if err := os.WriteFile(file, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			w := c.Watch("big")
+			mustStart(t, c, shProc("big", dir, fmt.Sprintf(`cat %s; gate %s`, shq(file), shq(rel))))
+			if err := w.WaitFor(ctx, func(l *wiretest.ProcessLog) bool { return l.OutputLen() >= len(data) }); err != nil {
+				t.Fatalf("%d bytes expected: %v", len(data), err)
+			}
+			r, err := c.Read(ctx, wiretest.ReadParams{ProcessID: "big"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tail := r.Bytes()
+			const limit = 1 << 20
+			if len(tail) > limit || len(tail) < limit-64<<10 {
+				t.Errorf("retained %d bytes in %d chunks; want between %d and %d (the newest 1 MiB, less at most 64 KiB)",
+					len(tail), len(r.Chunks), limit-64<<10, limit)
+			}
+			if !bytes.HasSuffix(data, tail) {
+				t.Error("retained bytes are not the tail of the output")
+			}
+			for i := 1; i < len(r.Chunks); i++ {
+				if r.Chunks[i].Seq != r.Chunks[i-1].Seq+1 {
+					t.Fatalf("retained chunks skip from seq %d to %d", r.Chunks[i-1].Seq, r.Chunks[i].Seq)
+				}
+			}
+			if n := len(r.Chunks); n == 0 || r.Chunks[n-1].Seq+1 != r.NextSeq {
+				t.Errorf("retained chunks do not end at the newest output (nextSeq %d)", r.NextSeq)
+			}
+			release(t, rel)
+			if _, err := w.WaitClosed(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+}
 
 // --closed-retention 0 forgets a process right after its ending was delivered, never before:
 // `runtimed exec --connect` gets every byte, the exit code and returns, every time.
