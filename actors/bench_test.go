@@ -125,3 +125,43 @@ func BenchmarkForkExecTrue(b *testing.B) {
 		_, _ = p.Wait()
 	}
 }
+
+// BenchmarkStreamThroughActor measures output from a child through the
+// process actor to a subscriber that drains it: reads, chunking (at most
+// maxReadChunk), ring, delivery. b.N is in bytes (SetBytes per 64 MiB run).
+func BenchmarkStreamThroughActor(b *testing.B) {
+	sup := NewSupervisor(Config{
+		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL: time.Second,
+		Logger:    zap.NewNop(),
+	})
+	defer func() { sup.Kill(); _ = sup.Wait(context.Background()) }()
+	const total = 64 << 20
+	b.SetBytes(total)
+	i := 0
+	for b.Loop() {
+		i++
+		events := make(chan Event, 256)
+		done := make(chan struct{})
+		ref, err := sup.Spawn("s"+time.Now().String(), Spec{Argv: []string{"head", "-c", "67108864", "/dev/zero"}, Dir: "/", Env: []string{"PATH=/usr/bin:/bin"}}, &Subscriber{Out: events, Done: done})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, chunks := 0, 0
+		for ev := range events {
+			n += len(ev.Data)
+			if ev.Kind == EventOutput {
+				chunks++
+			}
+			if ev.Kind == EventClosed {
+				break
+			}
+		}
+		close(done)
+		if n != total {
+			b.Fatalf("%d bytes", n)
+		}
+		b.ReportMetric(float64(total)/float64(chunks), "B/chunk")
+		_ = ref.Discard(context.Background())
+	}
+}

@@ -34,6 +34,9 @@ const (
 	// connInflightCap bounds requests answered later (long polls, writes); the
 	// reader stops reading when it is reached.
 	connInflightCap = 4096
+	// connFlushTimeout bounds the writer's last flush when the connection
+	// ends (what is already queued for the client; nothing new is awaited).
+	connFlushTimeout = 250 * time.Millisecond
 )
 
 // Reason says why a connection ended. It is the latched failure's kind.
@@ -43,6 +46,7 @@ const (
 	ReasonTransportLost Reason = iota + 1 // the peer went away or the transport failed
 	ReasonProtocol                        // the peer broke the protocol (e.g. a response from the client)
 	ReasonShutdown                        // the server is stopping
+	ReasonInternal                        // a recovered panic in one of the connection's goroutines
 )
 
 func (r Reason) String() string {
@@ -53,6 +57,8 @@ func (r Reason) String() string {
 		return "protocol violation"
 	case ReasonShutdown:
 		return "server shutdown"
+	case ReasonInternal:
+		return "internal error"
 	}
 	return "unknown"
 }
@@ -142,15 +148,14 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		apps:      make(map[string]*appProc),
 	}
 	c.wtok <- struct{}{}
+	// The writer ends the connection: when the latch fires (failure from
+	// any side, or ctx ending from outside: shutdown) it flushes what is
+	// already queued for the client, then closes the transport, which is
+	// what unblocks the reader.
 	c.wg.Go(c.writeLoop)
-	// Closing the transport is what unblocks a pending read when the
-	// context ends from outside (shutdown); the writer closes it itself when
-	// a write fails.
-	stopWatch := context.AfterFunc(ctx, func() { t.Close() })
 	c.readLoop()
 	c.wg.Wait()
 	c.discardApps()
-	stopWatch()
 	t.Close()
 	cause := context.Cause(cctx)
 	fail(cause)
@@ -170,8 +175,13 @@ func (c *conn) latch(reason Reason, err error) {
 }
 
 func (c *conn) readLoop() {
+	defer c.recoverPanic("reader", nil)
+	// The read is not bound to the latch: cancelling a websocket read
+	// closes the connection, which would cut the writer's last flush. The
+	// writer closes the transport once it has flushed, ending the read.
+	rctx := context.WithoutCancel(c.ctx)
 	for {
-		data, err := c.t.ReadMessage(c.ctx)
+		data, err := c.t.ReadMessage(rctx)
 		if err != nil {
 			if errors.Is(err, wire.ErrMessageTooBig) {
 				c.reply(wire.MalformedID, nil, wire.Errorf(wire.CodeInvalidRequest, "message exceeds the %d-byte limit", wire.DefaultMaxMessageBytes))
@@ -202,7 +212,7 @@ func (c *conn) readLoop() {
 				return
 			}
 		case wire.KindRequest:
-			c.request(msg)
+			c.safeRequest(msg)
 		}
 		if c.ctx.Err() != nil {
 			return
@@ -236,6 +246,14 @@ func (c *conn) reply(id wire.ID, result any, rerr *wire.Error) {
 		if err != nil {
 			b = wire.AppendError(nil, id, wire.AsError(err))
 		}
+	}
+	if c.ctx.Err() != nil {
+		// The writer is flushing for the last time: queue if there is room.
+		select {
+		case c.responses <- b:
+		default:
+		}
+		return
 	}
 	// Fast path: if nobody holds the write side, write the response here
 	// instead of waking the writer goroutine (a hop that costs a thread
@@ -465,8 +483,8 @@ func absPath(p string) (string, error) {
 }
 
 // deferred runs wait on a tracked goroutine so the reader can go on; it
-// holds an inflight slot until the reply is queued.
-func (c *conn) deferred(wait func()) {
+// holds an inflight slot until the reply to request id is queued.
+func (c *conn) deferred(id wire.ID, wait func()) {
 	select {
 	case c.inflight <- struct{}{}:
 	case <-c.ctx.Done():
@@ -474,6 +492,7 @@ func (c *conn) deferred(wait func()) {
 	}
 	c.wg.Go(func() {
 		defer func() { <-c.inflight }()
+		defer c.recoverPanic("request waiter", id)
 		wait()
 	})
 }
@@ -497,7 +516,7 @@ func (c *conn) read(msg wire.Message) {
 	wait := time.Duration(min(p.WaitMs, 24*3600*1000)) * time.Millisecond
 	ch, err := ref.ReadAsync(c.ctx, p.AfterSeq, maxBytes, wait)
 	if err != nil {
-		c.reply(msg.ID, nil, c.actorError(err, p.ProcessID))
+		c.reply(msg.ID, nil, c.actorError(ref, err, p.ProcessID))
 		return
 	}
 	answer := func() {
@@ -509,7 +528,7 @@ func (c *conn) read(msg wire.Message) {
 			case r := <-ch:
 				c.reply(msg.ID, readResult(r), nil)
 			default:
-				c.reply(msg.ID, nil, wire.ErrUnknownProcess(p.ProcessID))
+				c.reply(msg.ID, nil, c.actorError(ref, ErrStopped, p.ProcessID))
 			}
 		case <-c.ctx.Done():
 		}
@@ -518,14 +537,29 @@ func (c *conn) read(msg wire.Message) {
 		answer()
 		return
 	}
-	c.deferred(answer)
+	c.deferred(msg.ID, answer)
 }
 
-func (c *conn) actorError(err error, id string) *wire.Error {
+// actorError maps the error of a request to a process actor: a failed
+// process answers -32603 with its failure, an ended one "unknown process".
+func (c *conn) actorError(ref *ProcessRef, err error, id string) *wire.Error {
 	if errors.Is(err, ErrStopped) {
+		if f := ref.Failure(); f != nil {
+			return wire.ErrProcessFailed(f.Error())
+		}
 		return wire.ErrUnknownProcess(id)
 	}
 	return wire.AsError(err)
+}
+
+// failed answers a request about a failed process with -32603 and reports
+// whether it did.
+func (c *conn) failed(msg wire.Message, ref *ProcessRef) bool {
+	if f := ref.Failure(); f != nil {
+		c.reply(msg.ID, nil, wire.ErrProcessFailed(f.Error()))
+		return true
+	}
+	return false
 }
 
 func readResult(r ReadReply) wire.ReadResult {
@@ -565,10 +599,12 @@ func (c *conn) write(msg wire.Message) {
 	}
 	ch, err := ref.WriteAsync(c.ctx, p.Chunk, writeID)
 	if err != nil {
-		c.reply(msg.ID, wire.WriteResult{Status: wire.WriteUnknownProcess}, nil)
+		if !c.failed(msg, ref) {
+			c.reply(msg.ID, wire.WriteResult{Status: wire.WriteUnknownProcess}, nil)
+		}
 		return
 	}
-	c.deferred(func() {
+	c.deferred(msg.ID, func() {
 		select {
 		case r := <-ch:
 			if r.Err != nil {
@@ -577,7 +613,9 @@ func (c *conn) write(msg wire.Message) {
 			}
 			c.reply(msg.ID, wire.WriteResult{Status: writeStatus(r.Status)}, nil)
 		case <-ref.Done():
-			c.reply(msg.ID, wire.WriteResult{Status: wire.WriteStdinClosed}, nil)
+			if !c.failed(msg, ref) {
+				c.reply(msg.ID, wire.WriteResult{Status: wire.WriteStdinClosed}, nil)
+			}
 		case <-c.ctx.Done():
 		}
 	})
@@ -609,6 +647,9 @@ func (c *conn) terminate(msg wire.Message) {
 	}
 	running, err := ref.Terminate(c.ctx, grace)
 	if err != nil {
+		if c.failed(msg, ref) {
+			return
+		}
 		running = false
 	}
 	c.reply(msg.ID, wire.TerminateResult{Running: running}, nil)
@@ -643,6 +684,8 @@ func (c *conn) signal(msg wire.Message) {
 	if err := ref.Signal(c.ctx, sig); err != nil && !errors.Is(err, ErrStopped) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "signal failure: %v", err))
 		return
+	} else if err != nil && c.failed(msg, ref) {
+		return
 	}
 	c.reply(msg.ID, struct{}{}, nil)
 }
@@ -660,7 +703,7 @@ func (c *conn) resize(msg wire.Message) {
 		if errors.Is(err, ErrNotPTY) {
 			c.reply(msg.ID, nil, wire.ErrNotPTY())
 		} else {
-			c.reply(msg.ID, nil, c.actorError(err, p.ProcessID))
+			c.reply(msg.ID, nil, c.actorError(ref, err, p.ProcessID))
 		}
 		return
 	}
@@ -678,6 +721,8 @@ func (c *conn) closeStdin(msg wire.Message) {
 	}
 	if err := ref.CloseStdin(c.ctx); err != nil && !errors.Is(err, ErrStopped) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "stdin failure: %v", err))
+		return
+	} else if err != nil && c.failed(msg, ref) {
 		return
 	}
 	c.reply(msg.ID, struct{}{}, nil)
@@ -709,92 +754,6 @@ func (c *conn) list(msg wire.Message) {
 	c.reply(msg.ID, out, nil)
 }
 
-// writeLoop is the connection's only writer. It encodes events itself (once
-// each, straight into a reused buffer) and flushes when both queues are empty.
-func (c *conn) writeLoop() {
-	var buf []byte
-	for {
-		var first func() bool
-		select {
-		case ev := <-c.events:
-			first = func() bool { buf = encodeEvent(buf[:0], ev); return c.writeOwned(buf) }
-		case b := <-c.responses:
-			first = func() bool { return c.writeOwned(b) }
-		case <-c.ctx.Done():
-			// Give already queued responses a last chance (stdio EOF leaves
-			// stdout usable), without waiting for anything new.
-			select {
-			case <-c.wtok:
-			case <-time.After(time.Second):
-				return
-			}
-			for {
-				select {
-				case b := <-c.responses:
-					if c.t.WriteMessage(context.Background(), b) != nil {
-						return
-					}
-				default:
-					_ = c.t.Flush()
-					return
-				}
-			}
-		}
-		// Own the write side for this burst: everything queued, then flush.
-		select {
-		case <-c.wtok:
-		case <-c.ctx.Done():
-			return
-		}
-		ok := first()
-		for ok {
-			select {
-			case ev := <-c.events:
-				buf = encodeEvent(buf[:0], ev)
-				ok = c.writeOwned(buf)
-				continue
-			case b := <-c.responses:
-				ok = c.writeOwned(b)
-				continue
-			default:
-			}
-			if err := c.t.Flush(); err != nil {
-				c.latch(ReasonTransportLost, err)
-				c.t.Close()
-				ok = false
-			}
-			break
-		}
-		c.wtok <- struct{}{}
-		if !ok {
-			return
-		}
-	}
-}
-
-// writeOwned writes one message; the caller holds the write token.
-func (c *conn) writeOwned(b []byte) bool {
-	if err := c.t.WriteMessage(c.ctx, b); err != nil {
-		c.latch(ReasonTransportLost, err)
-		c.t.Close()
-		return false
-	}
-	return true
-}
-
-func encodeEvent(dst []byte, ev Event) []byte {
-	switch ev.Kind {
-	case EventOutput:
-		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
-	case EventExited:
-		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.Limit)
-	case EventMessage:
-		return append(dst, ev.Data...)
-	default:
-		return wire.AppendClosedNotification(dst, ev.ProcessID, ev.Seq)
-	}
-}
-
 func sortInfos(infos []wire.ProcessInfo) {
 	sort.Slice(infos, func(i, j int) bool { return infos[i].ProcessID < infos[j].ProcessID })
 }
@@ -823,8 +782,9 @@ func (c *conn) fsWorker() {
 	for {
 		select {
 		case msg := <-c.fsq:
-			res, ferr := w.Handle(msg.Method, msg.Params)
-			c.reply(msg.ID, res, ferr)
+			if !c.fsRequest(msg, w) {
+				return
+			}
 		case ev, ok := <-w.Events():
 			w.Event(ev, ok)
 		case err, ok := <-w.Errors():
@@ -836,6 +796,16 @@ func (c *conn) fsWorker() {
 			c.notify(wire.NotifyFsMissingChanged, n)
 		}
 	}
+}
+
+// fsRequest runs one fs request; false when it panicked (the connection
+// then fails: the handles may be in any state).
+func (c *conn) fsRequest(msg wire.Message, w *fsops.Worker) (ok bool) {
+	defer c.recoverPanic("fs worker", msg.ID)
+	runTestHook(&hookFsRequest, msg.Method)
+	res, ferr := w.Handle(msg.Method, msg.Params)
+	c.reply(msg.ID, res, ferr)
+	return true
 }
 
 // params decodes msg's params into p, answering a decode error itself; it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,6 +61,10 @@ type Supervisor struct {
 
 	stopOnce, killOnce sync.Once
 	stopCh, killCh     chan struct{} // closed once by Stop/Kill (their only owner)
+	// startMu orders starting an actor's goroutines against Stop: once Stop
+	// has returned, Spawn adds nothing to wg (Wait may be running). Held
+	// only around the stopped check and the wg.Go calls, never during I/O.
+	startMu sync.Mutex
 
 	wg       sync.WaitGroup
 	registry *registry
@@ -94,24 +99,71 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 	if err != nil {
 		return nil, err
 	}
-	return s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, spec.Metadata), nil
+	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, spec.Metadata, nil)
+	if ref == nil {
+		discardSession(sess) // stopped while the child was being started
+		return nil, ErrStopped
+	}
+	return ref, nil
+}
+
+// SpawnListening is Spawn with a lag-mode listener (see Subscription)
+// registered before the child can produce anything: Live carries every
+// event from seq 1, even if the process is forgotten before anyone reads
+// it (closed retention 0).
+func (s *Supervisor) SpawnListening(id string, spec Spec, capacity int) (*ProcessRef, <-chan Event, error) {
+	if s.stopped() {
+		return nil, nil, ErrStopped
+	}
+	sess, err := startOS(spec, s.cfg.Isolation)
+	if err != nil {
+		return nil, nil, err
+	}
+	live := make(chan Event, max(capacity, listenerEndingRoom+1))
+	ref := s.spawn(id, spec.Argv, spec.TTY, sess, nil, spec.Timeout, spec.Metadata, live)
+	if ref == nil {
+		discardSession(sess)
+		return nil, nil, ErrStopped
+	}
+	return ref, live, nil
+}
+
+// discardSession kills and reaps a started child that no actor will own.
+func discardSession(sess Session) {
+	_ = sess.Signal(syscall.SIGKILL)
+	sess.CloseOutputs()
+	if sess.HasStdin() {
+		_ = sess.CloseStdin()
+	}
+	sess.Wait()
+	sess.Release()
 }
 
 // SpawnSession starts a process actor around an already started session
-// (tests pass a fake one).
+// (tests pass a fake one). It returns nil once the supervisor has stopped.
 func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Session, sub *Subscriber) *ProcessRef {
-	return s.spawn(id, argv, tty, sess, sub, 0, nil)
+	return s.spawn(id, argv, tty, sess, sub, 0, nil, nil)
 }
 
-func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration, meta *Metadata) *ProcessRef {
+// spawn starts the actor around sess; nil when the supervisor has stopped.
+func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration, meta *Metadata, listener chan Event) *ProcessRef {
 	log := s.log.Named("proc").With(zap.String("process_id", id), zap.Int("pid", sess.Pid()))
 	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
 	ref.meta = meta // immutable from here: set before any goroutine sees ref
+	if listener != nil {
+		p.listeners = append(p.listeners, listener) // before run starts: its goroutine owns it from then on
+	}
 	if timeout > 0 {
 		p.timeoutAt = time.Now().Add(timeout)
 	}
+	s.startMu.Lock()
+	if s.stopped() {
+		s.startMu.Unlock()
+		return nil
+	}
 	p.startHelpers(&s.wg)
 	s.wg.Go(func() { p.run(s.stopCh, s.killCh) })
+	s.startMu.Unlock()
 	log.Debug("process started", zap.Strings("argv", argv), zap.Bool("tty", tty))
 	return ref
 }
@@ -128,7 +180,13 @@ func (s *Supervisor) stopped() bool {
 // Stop begins a graceful stop: no new processes; every process gets
 // SIGTERM (SIGHUP on a PTY) and SIGKILL after the shutdown grace; actors
 // exit once their process is closed.
-func (s *Supervisor) Stop() { s.stopOnce.Do(func() { close(s.stopCh) }) }
+func (s *Supervisor) Stop() {
+	s.stopOnce.Do(func() {
+		s.startMu.Lock()
+		close(s.stopCh)
+		s.startMu.Unlock()
+	})
+}
 
 // Kill stops at once: SIGKILL to every process group.
 func (s *Supervisor) Kill() {

@@ -85,6 +85,18 @@ func ErrUnknownProcess(id string) *Error {
 	return Errorf(CodeInvalidRequest, "unknown process id %s", id)
 }
 
+// ErrProcessFailed answers every request about a process whose server-side
+// handling failed (a recovered internal panic); failure says why.
+func ErrProcessFailed(failure string) *Error {
+	return Errorf(CodeInternal, "%s", failure)
+}
+
+// ErrInternal answers a request whose handling failed inside the server (a
+// recovered panic); the connection is then closed.
+func ErrInternal(reason string) *Error {
+	return Errorf(CodeInternal, "internal error: %s", reason)
+}
+
 func ErrEmptyArgv() *Error { return Errorf(CodeInvalidParams, "argv must not be empty") }
 
 func ErrEmptyWriteID() *Error { return Errorf(CodeInvalidParams, "writeId must not be empty") }

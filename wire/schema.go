@@ -242,6 +242,9 @@ type ExitedNotification struct {
 type ClosedNotification struct {
 	ProcessID string `json:"processId"`
 	Seq       uint64 `json:"seq"`
+	// Failure (ext) is set when the server failed the process (an internal
+	// error); requests about the process then answer -32603.
+	Failure *string `json:"failure,omitempty"`
 }
 
 // OutputNotification is process/output. Servers encode it with

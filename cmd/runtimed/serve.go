@@ -193,6 +193,10 @@ func serveWS(ctx context.Context, cfg runtime.Config, listen string, stdout, std
 }
 
 func serveStdio(ctx context.Context, cfg runtime.Config, stdin io.Reader, stdout io.Writer, log *zap.Logger) int {
+	// A signal must end a read of stdin that is waiting for the client:
+	// read it through the poller so that closing it interrupts the read.
+	stdin, restore := pollableStdin(stdin, log)
+	defer restore()
 	srv := runtime.NewServer(cfg)
 	t := wire.NewStdioTransport(stdin, stdout, cfg.MaxMessageBytes)
 	done := make(chan struct{})
@@ -206,14 +210,18 @@ func serveStdio(ctx context.Context, cfg runtime.Config, stdin io.Reader, stdout
 	case <-ctx.Done():
 		log.Info("signal received; shutting down")
 	}
-	code := shutdown(srv, cfg, log)
-	<-done
-	return code
+	return shutdown(srv, cfg, log)
 }
+
+// shutdownSlack is what Shutdown may take beyond the shutdown grace for
+// the processes to hand their endings to the clients (after SIGKILL, the
+// output drain); the connections' last flush and exiting follow, within
+// the promised grace plus one second.
+const shutdownSlack = 400 * time.Millisecond
 
 func shutdown(srv *runtime.Server, cfg runtime.Config, log *zap.Logger) int {
 	grace := srv.Config().ShutdownGrace
-	ctx, cancel := context.WithTimeout(context.Background(), grace+5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), grace+shutdownSlack)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("shutdown did not finish in time; children were killed", zap.Error(err))
