@@ -13,9 +13,12 @@
 // # Concurrency
 //
 // One goroutine owns each piece of mutable state; each struct comment says
-// who. A process actor (process.run) owns its session, seq counter, ring
-// buffer, exit state, pending long polls, writeId memory and subscriber
-// cursor. Helper goroutines only report facts: one reader per output stream
+// who. A process actor (process.run) owns its session, phase and
+// deadlines, seq counter, ring buffer, pending long polls, writeId memory
+// and subscriber cursor (files by concern: process.go types and
+// ProcessRef; process_fsm.go the state machine, kill path and loop;
+// process_output.go output, retention, subscribers and reads;
+// process_requests.go the mailbox's messages; process_io.go helpers). Helper goroutines only report facts: one reader per output stream
 // (outputReadMsg, streamEndedMsg), one waiter (exit code on exitCh), one
 // stdin writer (writes and closes stdin in order). Readers wait in the
 // runtime poller and the waiter reaps through a pidfd, so an idle child
@@ -57,8 +60,8 @@
 // of them exactly once: each forgets the subscriber and keeps retaining
 // output. The connection then hands its session to the registry: detached
 // for the detach TTL (websocket), or discarded at once (stdio, TTL 0).
-// Expiry and discard terminate the session's processes (SIGKILL to each
-// process group) and let their actors exit once closed.
+// Expiry and discard kill the session's processes (the kill path: SIGKILL
+// to each tree) and let their actors end once the ending was delivered.
 //
 // The ending is never lost: a process actor ends only after its process is
 // closed and its subscriber was handed exited and closed, or was dropped
@@ -93,10 +96,19 @@
 // tests; the hooks are nil in production and unreachable from the wire.
 //
 // A process actor is never restarted: its OS process cannot be rebuilt. Its
-// lifecycle is monotonic: running, exited, closed; closed comes only after
-// the exit and the end of every output stream and takes the highest seq.
-// After a terminate, streams still held open by a descendant that left the
-// group are closed by force after a short drain, so closed follows promptly.
+// lifecycle is one state machine (process_fsm.go, drawn in
+// ARCHITECTURE.md): starting, running, stopping, exited, draining, closed,
+// retained, gone. The phase changes only in process.transition, only
+// forward, each change with a typed reason; an illegal transition is logged
+// as a bug and refused. Closed comes only after the exit and the end of
+// every output stream and takes the highest seq. Every kill (terminate, a
+// SIGKILL signal, detach-TTL expiry, the connection's end, a resource
+// limit, Spec.Timeout, shutdown) takes one kill path: SIGTERM (SIGHUP on a
+// PTY) and SIGKILL after the grace while the child runs, SIGKILL at once
+// once it was reaped, then at most DrainAfterTerminate for the output
+// streams, which are then closed by force, so closed follows promptly even
+// when a descendant that left the group holds them. Every deadline of the
+// actor comes from ProcConfig.Clock (tests drive a fake one).
 // Spawn failures are *SpawnError values carrying the OS error. Once Stop
 // has returned, Spawn starts nothing (a child started meanwhile is killed
 // and reaped).

@@ -75,6 +75,10 @@ func (p *process) recoverPanic() {
 			p.log.Warn("subscriber not handed the process failure: its connection is not draining")
 		}
 	}
+	// Last: the checks above read the phase the panic left. (The wait
+	// above uses real time, not p.clock: the recovery path trusts as
+	// little of the actor's state as it can.)
+	safely(p.log, func() { p.transition(phaseGone, reasonFailure) })
 }
 
 // closeClosedC releases Closed() waiters exactly once.

@@ -166,7 +166,7 @@ func (r *registry) handle(m regMsg) {
 	case detachMsg:
 		delete(r.attached, m.table.ID)
 		if m.ttl <= 0 {
-			r.discard(m.table)
+			r.discard(m.table, reasonConnEnd)
 			return
 		}
 		r.log.Debug("session detached", zap.String("session_id", m.table.ID), zap.Duration("ttl", m.ttl))
@@ -179,7 +179,7 @@ func (r *registry) expire(now time.Time) {
 		if !now.Before(d.deadline) {
 			r.log.Info("detached session expired; terminating its processes", zap.String("session_id", id), zap.Int("processes", len(d.table.Procs)))
 			delete(r.detached, id)
-			r.discard(d.table)
+			r.discard(d.table, reasonTTL)
 		}
 	}
 }
@@ -187,7 +187,7 @@ func (r *registry) expire(now time.Time) {
 // discard terminates every process of a session that nobody can reach any
 // more. The sends run on tracked goroutines so a full mailbox never blocks
 // the registry.
-func (r *registry) discard(t *SessionTable) {
+func (r *registry) discard(t *SessionTable, why reason) {
 	refs := make([]*ProcessRef, 0, len(t.Procs))
 	for _, ref := range t.Procs {
 		refs = append(refs, ref)
@@ -195,12 +195,12 @@ func (r *registry) discard(t *SessionTable) {
 	if len(refs) == 0 {
 		return
 	}
-	r.sup.wg.Go(func() { discardAll(refs) })
+	r.sup.wg.Go(func() { discardAll(refs, why) })
 }
 
-func discardAll(refs []*ProcessRef) {
+func discardAll(refs []*ProcessRef, why reason) {
 	for _, ref := range refs {
-		_ = ref.Discard(context.Background()) // returns once queued or the actor is gone
+		_ = ref.discard(context.Background(), why) // returns once queued or the actor is gone
 	}
 }
 
@@ -227,6 +227,6 @@ func (s *Supervisor) DetachSession(ctx context.Context, t *SessionTable, ttl tim
 		for _, ref := range t.Procs {
 			refs = append(refs, ref)
 		}
-		discardAll(refs)
+		discardAll(refs, reasonConnEnd)
 	}
 }

@@ -154,7 +154,7 @@ func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub
 		p.listeners = append(p.listeners, listener) // before run starts: its goroutine owns it from then on
 	}
 	if timeout > 0 {
-		p.timeoutAt = time.Now().Add(timeout)
+		p.timeoutAt = p.clock.Now().Add(timeout)
 	}
 	s.startMu.Lock()
 	if s.stopped() {
