@@ -177,9 +177,9 @@ func (s *Supervisor) stopped() bool {
 	}
 }
 
-// Stop begins a graceful stop: no new processes; every process gets
-// SIGTERM (SIGHUP on a PTY) and SIGKILL after the shutdown grace; actors
-// exit once their process is closed.
+// Stop begins a graceful stop: no new processes; every process takes the
+// kill path with the shutdown grace (SIGTERM, or SIGHUP on a PTY, SIGKILL
+// after the grace); actors end once their ending was delivered.
 func (s *Supervisor) Stop() {
 	s.stopOnce.Do(func() {
 		s.startMu.Lock()
@@ -188,7 +188,8 @@ func (s *Supervisor) Stop() {
 	})
 }
 
-// Kill stops at once: SIGKILL to every process group.
+// Kill stops at once: SIGKILL to every process tree; subscribers are
+// dropped rather than waited for.
 func (s *Supervisor) Kill() {
 	s.Stop()
 	s.killOnce.Do(func() { close(s.killCh) })
