@@ -751,6 +751,9 @@ func (c *conn) list(msg wire.Message) {
 		out.Processes = append(out.Processes, wi)
 	}
 	sortInfos(out.Processes)
+	if c.sup.cfg.Services != nil {
+		out.Processes = append(out.Processes, c.sup.cfg.Services(c.ctx)...)
+	}
 	c.reply(msg.ID, out, nil)
 }
 

@@ -40,7 +40,11 @@ type Config struct {
 	Capabilities wire.Capabilities
 	// HTTP configures http/request.
 	HTTP   HTTPConfig
-	Logger *zap.Logger
+	// Services, if set, lists the server's supervised services' processes;
+	// process/list shows them after the session's own (they belong to no
+	// session, so they are listed, not controlled, there).
+	Services func(ctx context.Context) []wire.ProcessInfo
+	Logger   *zap.Logger
 }
 
 // HTTPConfig configures http/request.

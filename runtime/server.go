@@ -74,6 +74,9 @@ type Config struct {
 	// Containment is ContainAuto (a cgroup per process tree where this host
 	// allows it) or ContainProcessGroup.
 	Containment string
+	// Services are kept running by the server (StartServices; runtimed
+	// serve --supervise FILE) and shown by process/list of every session.
+	Services []Service
 	// DisableHTTPRequests refuses http/request (-32602, saying so); by
 	// default clients may make HTTP requests from the server's network.
 	DisableHTTPRequests bool
@@ -136,10 +139,11 @@ var ErrServerClosed = errors.New("runtime: server closed")
 // and transports, over one shared supervisor. Its methods may be called
 // concurrently.
 type Server struct {
-	cfg Config
-	log *zap.Logger
-	sup *actors.Supervisor
-	iso *isolation // the sandbox host and cgroup manager, released after the supervisor stops
+	cfg  Config
+	log  *zap.Logger
+	sup  *actors.Supervisor
+	iso  *isolation // the sandbox host and cgroup manager, released after the supervisor stops
+	svcs *services  // the supervised services, nil without Config.Services
 
 	initErr error // a configuration error: Serve and ServeTransport return it
 
@@ -167,7 +171,13 @@ func NewServer(cfg Config) *Server {
 		roots, _ = fsops.NewRoots([]string{os.TempDir()})
 	}
 	scfg.FsRoots = roots
+	svcs, serr := newServices(cfg)
+	if err == nil {
+		err = serr
+	}
+	scfg.Services = svcs.list
 	return &Server{
+		svcs:      svcs,
 		cfg:       cfg,
 		log:       cfg.Logger,
 		initErr:   err,
@@ -296,6 +306,7 @@ func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer s.iso.release()
 	s.stopAccepting()
+	s.svcs.stop(ctx)
 	s.sup.Stop()
 	err := s.sup.Wait(ctx)
 	if err != nil {
@@ -346,6 +357,7 @@ func (s *Server) waitConns(d time.Duration) error {
 func (s *Server) Close() error {
 	defer s.iso.release()
 	s.stopAccepting()
+	s.svcs.kill()
 	s.cancel(&actors.ConnError{Reason: actors.ReasonShutdown})
 	s.conns.Wait()
 	s.sup.Kill()

@@ -262,3 +262,33 @@ func processAlive(pid int) bool {
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(f) > 0 && f[0] != "Z"
 }
+
+func TestParseServices(t *testing.T) {
+	good := `{"services":[{"name":"web","argv":["sleep","1"],"cwd":"/","restart":"always","backoff":{"initial":"1s","max":"2s"},
+		"maxRestarts":-1,"window":"5m","stopGrace":"3s","sandbox":"read-only","limits":{"memoryBytes":1048576}}]}`
+	svcs, err := ParseServices([]byte(good))
+	if err != nil || len(svcs) != 1 {
+		t.Fatalf("good file: %v", err)
+	}
+	s := svcs[0]
+	if s.Restart != RestartAlways || s.Backoff.Initial != time.Second || s.MaxRestarts != -1 || s.Window != 5*time.Minute ||
+		s.StopGrace != 3*time.Second || s.Spec.Sandbox == nil || s.Spec.Limits.MemoryBytes != 1<<20 || s.Spec.EnvPolicy == nil {
+		t.Errorf("parsed %+v", s)
+	}
+	for _, c := range []struct{ file, want string }{
+		{`{}`, "no services"},
+		{`{"services":[{"name":"a","argv":["x"],"cwd":"/","bogus":1}]}`, "unknown field \"bogus\""},
+		{`{"services":[{"name":"a b","argv":["x"],"cwd":"/"}]}`, "services[0] (a b): name"},
+		{`{"services":[{"name":"a","argv":[],"cwd":"/"}]}`, "argv: empty"},
+		{`{"services":[{"name":"a","argv":["x"],"cwd":"rel"}]}`, "cwd: \"rel\""},
+		{`{"services":[{"name":"a","argv":["x"],"cwd":"/","window":"soon"}]}`, "window: \"soon\""},
+		{`{"services":[{"name":"a","argv":["x"],"cwd":"/","maxRestarts":0}]}`, "maxRestarts: 0"},
+		{`{"services":[{"name":"a","argv":["x"],"cwd":"/","sandbox":"tight"}]}`, "sandbox: \"tight\""},
+		{`{"services":[{"name":"a","argv":["x"],"cwd":"/","network":true}]}`, "network: only meaningful"},
+		{`{"services":[{"name":"a","argv":["x"],"cwd":"/"},{"name":"a","argv":["y"],"cwd":"/"}]}`, "used twice"},
+	} {
+		if _, err := ParseServices([]byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.file, err, c.want)
+		}
+	}
+}

@@ -45,6 +45,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for performance work)")
 	defaultSandbox := fs.String("default-sandbox", "", "confine starts that carry no sandbox: read-only or workspace-write (project root = the start's cwd); empty: run them unconfined")
 	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
+	supervise := fs.String("supervise", "", "keep the services described in this JSON file running (see docs or runtime.LoadServices); they show in process/list")
 	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible) or pgroup")
 	var origins, fsRoots stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods to this directory (repeatable; default: the whole filesystem)")
@@ -97,6 +98,14 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 		DisableHTTPRequests: !*httpRequests,
 		MaxHTTPBodyBytes:    *httpMaxBody,
+	}
+	if *supervise != "" {
+		svcs, err := runtime.LoadServices(*supervise)
+		if err != nil {
+			fmt.Fprintf(stderr, "runtimed serve: --supervise %s: %v\n", *supervise, err)
+			return 2
+		}
+		cfg.Services = svcs
 	}
 	switch *containment {
 	case "auto":
@@ -176,6 +185,9 @@ func serveWS(ctx context.Context, cfg runtime.Config, listen string, stdout, std
 		return 1
 	}
 	srv := runtime.NewServer(cfg)
+	if err := startServices(ctx, srv, stderr); err != nil {
+		return 2
+	}
 	url := "ws://" + l.Addr().String()
 	fmt.Fprintln(stdout, url)
 	log.Info("listening", zap.String("url", url), zap.Bool("auth", cfg.AuthToken != ""))
@@ -198,6 +210,9 @@ func serveStdio(ctx context.Context, cfg runtime.Config, stdin io.Reader, stdout
 	stdin, restore := pollableStdin(stdin, log)
 	defer restore()
 	srv := runtime.NewServer(cfg)
+	if err := startServices(ctx, srv, os.Stderr); err != nil {
+		return 2
+	}
 	t := wire.NewStdioTransport(stdin, stdout, cfg.MaxMessageBytes)
 	done := make(chan struct{})
 	go func() {
@@ -211,6 +226,17 @@ func serveStdio(ctx context.Context, cfg runtime.Config, stdin io.Reader, stdout
 		log.Info("signal received; shutting down")
 	}
 	return shutdown(srv, cfg, log)
+}
+
+// startServices starts --supervise's services (each started once, or its
+// first start failed and its restart policy took over).
+func startServices(ctx context.Context, srv *runtime.Server, stderr io.Writer) error {
+	if err := srv.StartServices(ctx); err != nil {
+		fmt.Fprintf(stderr, "runtimed serve: --supervise: %v\n", err)
+		_ = srv.Close()
+		return err
+	}
+	return nil
 }
 
 // shutdownSlack is what Shutdown may take beyond the shutdown grace for
