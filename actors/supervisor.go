@@ -39,7 +39,7 @@ type Config struct {
 	Environment  hostenv.Info
 	Capabilities wire.Capabilities
 	// HTTP configures http/request.
-	HTTP   HTTPConfig
+	HTTP HTTPConfig
 	// Services, if set, lists the server's supervised services' processes;
 	// process/list shows them after the session's own (they belong to no
 	// session, so they are listed, not controlled, there).
