@@ -185,12 +185,18 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "runtimed exec:", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// Signals go to the remote command, as with `docker run`: SIGINT is
+	// forwarded (a second one within 2 s terminates it), SIGTERM
+	// terminates it; the CLI then exits with the command's real status.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	b, err := cf.backend(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed exec:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	defer b.Close()
 	var restore func()
@@ -210,7 +216,7 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		state, err := term.MakeRaw(int(f.Fd()))
 		if err != nil {
 			fmt.Fprintln(stderr, "runtimed exec: raw mode:", err)
-			return 1
+			return exitRuntimeFailed
 		}
 		restore = func() { _ = term.Restore(int(f.Fd()), state) }
 		defer restore()
@@ -221,8 +227,9 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			restore()
 		}
 		fmt.Fprintln(stderr, "runtimed exec:", err)
-		return 127
+		return startFailureCode(err)
 	}
+	go forwardSignals(ctx, p, sigs)
 	if *tty {
 		go forwardWinch(ctx, p, stdin.(*os.File))
 	}
@@ -232,20 +239,60 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if restore != nil {
 			restore()
 		}
-		if ctx.Err() != nil {
-			// Interrupted: take the child down with us.
-			tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, _ = p.Terminate(tctx, time.Second)
-			cancel()
-			return 130
-		}
 		fmt.Fprintln(stderr, "runtimed exec:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	if st, err := p.Wait(ctx); err == nil && st.Limit != "" {
 		fmt.Fprintf(stderr, "runtimed exec: the process was ended by its %s limit (exit code %d)\n", st.Limit, st.Code)
 	}
 	return code
+}
+
+// Exit codes of exec and stdio when the command itself gives none, as
+// `docker run` documents them.
+const (
+	exitRuntimeFailed = 125 // runtimed failed: cannot connect, refused, protocol error, lost connection
+	exitCannotInvoke  = 126 // the command exists but cannot be run (permission, format)
+	exitNotFound      = 127 // the command was not found
+)
+
+// startFailureCode maps a refused start: the OS error of the spawn says
+// whether the command is missing (127) or cannot be run (126); anything
+// else is runtimed's failure (125).
+func startFailureCode(err error) int {
+	var re *runtime.RPCError
+	if errors.As(err, &re) && strings.HasPrefix(re.Message, "failed to spawn ") {
+		switch {
+		case strings.HasSuffix(re.Message, "no such file or directory"):
+			return exitNotFound
+		case strings.HasSuffix(re.Message, "permission denied"), strings.HasSuffix(re.Message, "exec format error"),
+			strings.HasSuffix(re.Message, "is a directory"):
+			return exitCannotInvoke
+		}
+	}
+	return exitRuntimeFailed
+}
+
+// forwardSignals sends SIGINT on to the command (a second SIGINT within
+// 2 s terminates it, grace 1 s) and terminates it on SIGTERM.
+func forwardSignals(ctx context.Context, p runtime.Process, sigs <-chan os.Signal) {
+	var lastInt time.Time
+	for {
+		select {
+		case sig := <-sigs:
+			switch {
+			case sig == syscall.SIGTERM || time.Since(lastInt) < 2*time.Second:
+				_, _ = p.Terminate(ctx, time.Second)
+			default:
+				lastInt = time.Now()
+				_ = p.Signal(ctx, runtime.SigInterrupt)
+			}
+		case <-p.Done():
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // forwardStdin copies local stdin to the process and closes its stdin at EOF.
@@ -342,18 +389,18 @@ func stdioCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	b, err := cf.backend(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	defer b.Close()
 	p, err := b.Start(ctx, spec)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
-		return 127
+		return startFailureCode(err)
 	}
 	pipe, err := runtime.PipeWithStderr(ctx, p, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	go func() {
 		_, _ = io.Copy(pipe, stdin)
@@ -361,12 +408,12 @@ func stdioCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}()
 	if _, err := io.Copy(stdout, pipe); err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	st, err := p.Wait(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	return st.Code
 }
