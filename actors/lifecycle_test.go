@@ -92,34 +92,6 @@ func TestZeroRetentionDroppedSubscriber(t *testing.T) {
 	}
 }
 
-// A lag-mode listener that keeps up is always handed exited and closed,
-// even when its queue is nearly full of output when the process ends.
-func TestListenerKeepsRoomForTheEnding(t *testing.T) {
-	sup := newRetentionSupervisor(t, 0)
-	dir := t.TempDir()
-	rel := filepath.Join(dir, "go")
-	ref, err := sup.Spawn("p", shSpec(t, `while [ ! -e `+rel+` ]; do sleep 0.01; done; echo one; echo two; exit 2`), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := ref.Subscribe(context.Background(), 0, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(rel, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	<-ref.Closed() // nothing read yet: up to 4 events wait in the queue
-	var kinds []EventKind
-	for ev := range sub.Live {
-		kinds = append(kinds, ev.Kind)
-	}
-	n := len(kinds)
-	if n < 2 || kinds[n-2] != EventExited || kinds[n-1] != EventClosed {
-		t.Fatalf("listener got %v; want its output then exited and closed", kinds)
-	}
-}
-
 // The attached subscriber bounds how much output the actor takes: never
 // more undelivered chunks than retention keeps, so a slow subscriber of
 // many small chunks loses none (the chunk bound, beside the byte bound).

@@ -126,3 +126,40 @@ func TestProcessPanicTypedError(t *testing.T) {
 		}
 	})
 }
+
+// Server.Close ends the connections before it kills the processes: a
+// client sees its connection drop (every stream fails with the
+// disconnect), never the deaths the kill causes.
+func TestServerCloseShowsTheDropNotTheKill(t *testing.T) {
+	c, ws := newWSBackend(t, Config{}, nil)
+	ctx := ctxT(t)
+	var streams []*EventStream
+	var procs []Process
+	for i := 0; i < 20; i++ {
+		p, err := c.Start(ctx, sh(t, `echo up; exec sleep 1000`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := p.Events(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev, err := s.Next(ctx); err != nil || ev.Kind != EventOutput {
+			t.Fatalf("first event %+v %v", ev, err)
+		}
+		streams, procs = append(streams, s), append(procs, p)
+	}
+	ws.stop()
+	for i, s := range streams {
+		ev, err := s.Next(ctx)
+		for err == nil && ev.Kind == EventLagged { // the latch closes live queues first
+			ev, err = s.Next(ctx)
+		}
+		if err != nil || ev.Kind != EventFailed || !errors.Is(ev.Err, ErrDisconnected) {
+			t.Fatalf("process %d: after Close the stream got %+v %v; want the disconnect, not an exit", i, ev, err)
+		}
+		if _, err := procs[i].Wait(ctx); !errors.Is(err, ErrDisconnected) {
+			t.Fatalf("process %d: Wait = %v", i, err)
+		}
+	}
+}
