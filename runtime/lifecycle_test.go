@@ -65,11 +65,18 @@ func TestNegativeClosedRetention(t *testing.T) {
 				}
 				evs := collect(t, ctx, s)
 				var out strings.Builder
-				for _, e := range evs {
-					out.WriteString(e.data)
+				exits := 0
+				for j, e := range evs {
+					out.WriteString(e.data) // output may follow the exit (PROTOCOL.md §4)
+					if e.kind == EventExited && e.code == 3 {
+						exits++
+					}
+					if e.seq != uint64(j+1) {
+						t.Fatalf("run %d: seq %d at %d", i, e.seq, j)
+					}
 				}
 				n := len(evs)
-				if n < 2 || evs[n-2].kind != EventExited || evs[n-2].code != 3 || evs[n-1].kind != EventClosed || out.String() != "out\nerr\n" && out.String() != "err\nout\n" {
+				if n == 0 || exits != 1 || evs[n-1].kind != EventClosed || out.String() != "out\nerr\n" && out.String() != "err\nout\n" {
 					t.Fatalf("run %d: events %+v", i, evs)
 				}
 				if st, err := p.Wait(ctx); err != nil || st.Code != 3 {
