@@ -121,6 +121,12 @@ func (c *conn) spawnApp(msg wire.Message) {
 	if p.Size != nil {
 		spec.Rows, spec.Cols = p.Size.Rows, p.Size.Cols
 	}
+	// The dialect carries no sandbox: the operator's floor applies.
+	var serr *wire.Error
+	if spec.Sandbox, serr = c.sup.SandboxFor(nil, dir, env); serr != nil {
+		c.reply(msg.ID, nil, serr)
+		return
+	}
 	a := &appProc{
 		handle:      p.ProcessHandle,
 		streamStdin: p.StreamStdin || p.TTY,
@@ -132,7 +138,7 @@ func (c *conn) spawnApp(msg wire.Message) {
 	// Internal ids keep the dialect's handles apart from process/start ids.
 	ref, err := c.sup.Spawn("app:"+p.ProcessHandle, spec, &Subscriber{Out: a.events, Done: c.ctx.Done()})
 	if err != nil {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "%s", err.Error()))
+		c.reply(msg.ID, nil, wire.Errorf(spawnErrorCode(err), "%s", err.Error()))
 		return
 	}
 	a.ref = ref

@@ -2,11 +2,15 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
 // BenchmarkRingAppend measures appending 4 KiB chunks to a full ring
@@ -59,24 +63,55 @@ func BenchmarkActorRoundTrip(b *testing.B) {
 }
 
 // BenchmarkSpawnToClosed measures spawning /bin/true through to its closed
-// event in-process: the part of figure (a) that is not the protocol.
+// event in-process: the part of figure (a) that is not the protocol, with
+// process-group containment, a cgroup per process, and through the sandbox
+// helper (read-only and workspace-write policies).
 func BenchmarkSpawnToClosed(b *testing.B) {
-	sup := NewSupervisor(Config{
-		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
-		DetachTTL: time.Second,
-		Logger:    zap.NewNop(),
-	})
-	defer func() { sup.Kill(); _ = sup.Wait(context.Background()) }()
-	env := BuildEnv(ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
-	i := 0
-	for b.Loop() {
-		i++
-		ref, err := sup.Spawn("p"+string(rune('a'+i%26))+time.Now().String(), Spec{Argv: []string{"/bin/true"}, Dir: "/", Env: env}, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		<-ref.Closed()
-		_ = ref.Discard(context.Background())
+	h, err := sandbox.Probe(os.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	ro := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}}}
+	ww := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}, {Path: os.TempDir(), Access: sandbox.Write}}}
+	cases := []struct {
+		name   string
+		mode   string
+		policy *sandbox.Policy
+	}{
+		{"pgroup", contain.ModePgroup, nil},
+		{"cgroup2", contain.ModeCgroup2, nil},
+		{"cgroup2+sandbox-read-only", contain.ModeCgroup2, ro},
+		{"cgroup2+sandbox-workspace-write", contain.ModeCgroup2, ww},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			m := contain.NewManager(c.mode)
+			if m.Mode() != c.mode {
+				b.Skipf("host offers %s", m.Mode())
+			}
+			if c.policy != nil && !h.Enforces() {
+				b.Skip("no sandbox on this host")
+			}
+			sup := NewSupervisor(Config{
+				Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+				DetachTTL: time.Second,
+				Isolation: Isolation{Host: h, Contain: m},
+				Logger:    zap.NewNop(),
+			})
+			defer func() { sup.Kill(); _ = sup.Wait(context.Background()); _ = m.Close() }()
+			env := BuildEnv(ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
+			i := 0
+			for b.Loop() {
+				i++
+				ref, err := sup.Spawn(fmt.Sprintf("p%d", i), Spec{Argv: []string{"/bin/true"}, Dir: "/", Env: env, Sandbox: c.policy}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-ref.Closed()
+				_ = ref.Discard(context.Background())
+			}
+		})
 	}
 }
 

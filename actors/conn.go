@@ -123,6 +123,7 @@ type conn struct {
 	session *SessionTable
 	apps    map[string]*appProc // app-server dialect handles of this connection
 	fsq     chan wire.Message   // to the fs worker, started on the first fs request
+	httpm   *httpManager        // the http manager, started on the first http/request
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -298,6 +299,8 @@ var knownMethods = map[string]string{
 	wire.MethodProcessWriteStdin: "exec",
 	wire.MethodProcessResizePty:  "exec",
 	wire.MethodProcessKill:       "exec",
+	wire.MethodEnvironmentInfo:   "environment info",
+	wire.MethodHTTPRequest:       "http",
 }
 
 func (c *conn) request(msg wire.Message) {
@@ -352,6 +355,10 @@ func (c *conn) request(msg wire.Message) {
 		c.resizeApp(msg)
 	case wire.MethodProcessKill:
 		c.killApp(msg)
+	case wire.MethodEnvironmentInfo:
+		c.environment(msg)
+	case wire.MethodHTTPRequest:
+		c.httpRequest(msg)
 	}
 }
 
@@ -395,7 +402,7 @@ func (c *conn) initialize(msg wire.Message) {
 	c.session = table
 	c.hs = hsInitialized
 	c.log = c.log.With(zap.String("session_id", table.ID))
-	c.reply(msg.ID, wire.InitializeResult{SessionID: table.ID}, nil)
+	c.reply(msg.ID, wire.InitializeResult{SessionID: table.ID, EnvironmentInfo: c.sup.envInfo}, nil)
 }
 
 func (c *conn) subscriber() Subscriber {
@@ -411,8 +418,9 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrEmptyArgv())
 		return
 	}
-	if len(p.Sandbox) > 0 && string(p.Sandbox) != "null" {
-		c.reply(msg.ID, nil, wire.ErrSandbox())
+	sb, serr := wire.ParseSandbox(p.Sandbox)
+	if serr != nil {
+		c.reply(msg.ID, nil, serr)
 		return
 	}
 	dir, derr := absPath(p.Cwd)
@@ -428,7 +436,7 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
 		return
 	}
-	spec := Spec{Argv: p.Argv, Dir: dir, TTY: p.TTY, PipeStdin: p.PipeStdin}
+	spec := Spec{Argv: p.Argv, Dir: dir, TTY: p.TTY, PipeStdin: p.PipeStdin, Metadata: processMetadata(p.Metadata)}
 	if p.Arg0 != nil {
 		spec.Arg0 = *p.Arg0
 	}
@@ -443,14 +451,23 @@ func (c *conn) start(msg wire.Message) {
 		}
 	}
 	spec.Env = BuildEnv(ServerEnv(), policy, p.Env)
+	if spec.Sandbox, serr = c.sup.SandboxFor(sb, dir, spec.Env); serr != nil {
+		c.reply(msg.ID, nil, serr)
+		return
+	}
+	if e := managedNetworkError(&p, spec.Sandbox != nil); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	spec.Limits = LimitsFrom(p.Limits)
 	sub := c.subscriber()
 	ref, err := c.sup.Spawn(p.ProcessID, spec, &sub)
 	if err != nil {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "%s", err.Error()))
+		c.reply(msg.ID, nil, wire.Errorf(spawnErrorCode(err), "%s", err.Error()))
 		return
 	}
 	c.session.Procs[p.ProcessID] = ref
-	c.reply(msg.ID, wire.ProcessIDResult{ProcessID: p.ProcessID}, nil)
+	c.reply(msg.ID, wire.StartResult{ProcessID: p.ProcessID, SandboxType: SandboxType(spec.Sandbox)}, nil)
 }
 
 // absPath accepts an absolute path or a file: URI.
@@ -459,6 +476,9 @@ func absPath(p string) (string, error) {
 		u, err := url.Parse(p)
 		if err != nil {
 			return "", fmt.Errorf("is not a valid file URI: %s", p)
+		}
+		if u.Host != "" && u.Host != "localhost" {
+			return "", fmt.Errorf("is a file URI with a foreign host %q: %s", u.Host, p)
 		}
 		p = u.Path
 	}
@@ -729,7 +749,7 @@ func (c *conn) list(msg wire.Message) {
 		if err != nil {
 			continue
 		}
-		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq}
+		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Limit: info.Limit, Metadata: wireMetadata(ref.Metadata())}
 		if info.State >= StateExited {
 			code := info.ExitCode
 			wi.ExitCode = &code
@@ -759,28 +779,37 @@ func (c *conn) fs(msg wire.Message) {
 	}
 }
 
-// fsWorker is the fs worker goroutine; it owns files, closed when it ends.
+// fsWorker is the fs worker goroutine. It owns the connection's
+// fsops.Worker (fs/open handles and fs/watchMissing watches), closed when
+// it ends, and sends each fs/missingChanged after the answer that armed it.
 func (c *conn) fsWorker() {
-	var files fsops.Handles
-	defer files.CloseAll()
+	w := fsops.NewWorker(c.sup.cfg.FsRoots)
+	defer w.Close()
 	for {
 		select {
 		case msg := <-c.fsq:
-			if !c.fsRequest(msg, &files) {
+			if !c.fsRequest(msg, w) {
 				return
 			}
+		case ev, ok := <-w.Events():
+			w.Event(ev, ok)
+		case err, ok := <-w.Errors():
+			w.Error(err, ok)
 		case <-c.ctx.Done():
 			return
+		}
+		for _, n := range w.Notifications() {
+			c.notify(wire.NotifyFsMissingChanged, n)
 		}
 	}
 }
 
 // fsRequest runs one fs request; false when it panicked (the connection
 // then fails: the handles may be in any state).
-func (c *conn) fsRequest(msg wire.Message, files *fsops.Handles) (ok bool) {
+func (c *conn) fsRequest(msg wire.Message, w *fsops.Worker) (ok bool) {
 	defer c.recoverPanic("fs worker", msg.ID)
 	runTestHook(&hookFsRequest, msg.Method)
-	res, ferr := fsops.Handle(msg.Method, msg.Params, c.sup.cfg.FsRoots, files)
+	res, ferr := w.Handle(msg.Method, msg.Params)
 	c.reply(msg.ID, res, ferr)
 	return true
 }

@@ -34,13 +34,20 @@ func memPipe() (*memTransport, *memTransport) {
 var errMemClosed = errors.New("mem transport closed")
 
 func (t *memTransport) ReadMessage(ctx context.Context) ([]byte, error) {
+	// What the peer wrote before it closed is delivered first, as a socket
+	// would (a select over both would pick at random).
 	select {
 	case m := <-t.in:
 		return m, nil
 	case <-t.closed:
 		return nil, errMemClosed
 	case <-t.peerClose:
-		return nil, errMemClosed
+		select {
+		case m := <-t.in:
+			return m, nil
+		default:
+			return nil, errMemClosed
+		}
 	}
 }
 

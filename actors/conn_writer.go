@@ -116,7 +116,9 @@ func encodeEvent(dst []byte, ev Event) []byte {
 	case EventOutput:
 		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
 	case EventExited:
-		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode)
+		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.Limit)
+	case EventMessage:
+		return append(dst, ev.Data...)
 	case EventFailed:
 		return wire.AppendFailedClosedNotification(dst, ev.ProcessID, ev.Seq, ev.Failure)
 	default:

@@ -22,12 +22,18 @@
 // costs no thread. A connection actor (ServeConn's goroutine) owns the
 // handshake state, the session's routing table and the app-server handles;
 // its fs worker goroutine (started on the first fs request) runs fs/*
-// requests in arrival order and owns the fs/open handles. The transport's write side belongs to whoever holds
+// requests in arrival order and owns the connection's fsops.Worker: the
+// fs/open handles and the fs/watchMissing watches, whose fs/missingChanged
+// it queues after the answer that armed them. The transport's write side belongs to whoever holds
 // the connection's one-slot write token: its writer goroutine while it
 // drains the queues (and encodes events), or a goroutine answering a
 // request when the token is free; nobody ever waits for the token but the
 // writer. Each app-server process has an adapter goroutine owning the
-// dialect's caps and buffers. The registry owns which sessions are attached and the
+// dialect's caps and buffers. The http manager goroutine (started on the
+// first http/request) owns the connection's http client (its connection
+// pool), the count of requests in flight and the requestIds of streams in
+// flight; each request runs on its own goroutine, which answers it and
+// queues its body deltas, and reports its end back to the manager. The registry owns which sessions are attached and the
 // detached ones with their deadlines. A [SessionTable] has exactly one owner
 // at a time, moved by registry messages.
 //
@@ -94,6 +100,10 @@
 // has returned, Spawn starts nothing (a child started meanwhile is killed
 // and reaped).
 //
+// The connection's end cancels its http requests (their context is the
+// connection's): the remote server sees them go away, and the manager
+// waits for their goroutines before closing the connection pool.
+//
 // # Backpressure
 //
 //   - Requests into a process actor: bounded mailbox (64); senders wait,
@@ -118,6 +128,18 @@
 //   - Responses: bounded queue (256); a full queue blocks the producer.
 //     Long polls and writes are answered by waiter goroutines, at most 4096
 //     in flight per connection; beyond that the reader stops reading.
+//   - http/request: at most 64 requests in flight per connection (one
+//     more is answered -32600 at once, so a long stream never stalls the
+//     reader); up to 16 validated requests wait for the http manager (the
+//     reader waits beyond that). A streamed body's deltas (at most 64 KiB
+//     each) and its result share the events queue with process output, in
+//     order: when the queue is full the request goroutine stops reading the
+//     body and TCP slows the remote server. A buffered body holds at most
+//     Config.HTTP.MaxBodyBytes (beyond it: an error, nothing dropped).
+//   - Filesystem: fs requests wait for the fs worker in a bounded queue
+//     (64); a full queue makes the reader wait. fs/missingChanged goes to
+//     the responses queue like a response (one per watch, at most 128
+//     watches per connection).
 //   - Stdin: writes go to the stdin writer through a bounded channel (64);
 //     further writes wait in the actor, each holding its requester's reply,
 //     so a child that does not read stdin slows only its writers.

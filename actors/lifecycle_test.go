@@ -129,6 +129,8 @@ func TestSlowSubscriberChunkBound(t *testing.T) {
 // that drive the actor's handlers directly.
 type fakeSession struct{}
 
+func (fakeSession) Limit(int) string               { return "" }
+func (fakeSession) Release()                       {}
 func (fakeSession) Pid() int                       { return 0 }
 func (fakeSession) Streams() []Stream              { return []Stream{Stdout} }
 func (fakeSession) Output(int) Reader              { return nil }

@@ -63,8 +63,11 @@ type Event struct {
 	Stream    Stream
 	Data      []byte
 	ExitCode  int
-	To        uint64 // last seq of an EventGap
-	Failure   string // of an EventFailed
+	// Limit names the resource limit that ended the process (exited
+	// events only; "" when none did).
+	Limit   string
+	To      uint64 // last seq of an EventGap
+	Failure string // of an EventFailed
 }
 
 // Subscriber is where a process actor delivers live events: the attached
@@ -122,6 +125,7 @@ type ProcessInfo struct {
 	State    ProcessState
 	ExitCode int // valid when State >= StateExited
 	NextSeq  uint64
+	Limit    string // the resource limit that ended it, if any
 }
 
 // procMsg is the closed set of requests a process actor accepts.
@@ -255,6 +259,7 @@ type process struct {
 	heldUntil   time.Time
 	exited      bool
 	exitCode    int
+	limit       string // the resource limit that ended it, if any
 	exitSeq     uint64
 	closed      bool
 	closedSeq   uint64
@@ -301,14 +306,16 @@ type ProcessRef struct {
 	done    <-chan struct{}
 	closedC <-chan struct{}
 	final   *finalState
+	meta    *Metadata // set by the supervisor before the ref is shared
 }
 
-// finalState: exitCode is written by the process actor before it closes
-// closedC and never after, so reading it after <-closedC needs no lock;
-// failure is set once, after a recovered panic (before closedC, if that
-// was still open, and before done are closed), and read at any time.
+// finalState: exitCode and limit are written by the process actor before
+// it closes closedC and never after, so reading them after <-closedC needs
+// no lock; failure is set once, after a recovered panic (before closedC, if
+// that was still open, and before done are closed), and read at any time.
 type finalState struct {
 	exitCode int
+	limit    string
 	failure  atomic.Pointer[ProcessFailedError]
 }
 
@@ -415,6 +422,10 @@ func (r *ProcessRef) Closed() <-chan struct{} { return r.closedC }
 
 // ExitCode returns the exit code; valid only after Closed() is closed.
 func (r *ProcessRef) ExitCode() int { return r.final.exitCode }
+
+// Limit names the resource limit that ended the process, once Closed is
+// closed ("" when none did).
+func (r *ProcessRef) Limit() string { return r.final.limit }
 
 // Failure returns the *ProcessFailedError of a process whose actor failed
 // (a recovered panic), or nil. Once set it stays; it is set before
@@ -562,6 +573,7 @@ func (p *process) stdinLoop() {
 // once the process is closed.
 func (p *process) run(stop, kill <-chan struct{}) {
 	defer close(p.done)
+	defer p.sess.Release()
 	defer p.recoverPanic()
 	p.timer = time.NewTimer(time.Hour)
 	p.timer.Stop()
@@ -698,7 +710,7 @@ func (p *process) eventAt(seq uint64) (Event, bool) {
 	}
 	switch {
 	case p.exited && seq == p.exitSeq:
-		return Event{ProcessID: p.id, Kind: EventExited, Seq: seq, ExitCode: p.exitCode}, true
+		return Event{ProcessID: p.id, Kind: EventExited, Seq: seq, ExitCode: p.exitCode, Limit: p.limit}, true
 	case p.closed && seq == p.closedSeq:
 		return Event{ProcessID: p.id, Kind: EventClosed, Seq: seq}, true
 	}
@@ -908,6 +920,7 @@ func (p *process) handleExit(code int) {
 	p.timeoutAt = time.Time{}
 	p.exited = true
 	p.exitCode = code
+	p.limit = p.sess.Limit(code)
 	p.exitSeq = p.nextSeq
 	p.nextSeq++
 	if !p.terminating {
@@ -920,7 +933,7 @@ func (p *process) handleExit(code int) {
 		_ = p.sess.Signal(syscall.SIGKILL)
 		p.forceDrain()
 	}
-	p.publish(Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: code})
+	p.publish(Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: code, Limit: p.limit})
 	p.wakePolls()
 	p.maybeClose()
 }
@@ -945,6 +958,7 @@ func (p *process) maybeClose() {
 	}
 	p.listeners = nil
 	p.final.exitCode = p.exitCode
+	p.final.limit = p.limit
 	p.closeClosedC()
 	p.wakePolls()
 }
@@ -983,7 +997,7 @@ func (p *process) historyAfter(after uint64) []Event {
 	chunks := p.ring.After(nil, after, 0)
 	life := make([]Event, 0, 2)
 	if p.exited && p.exitSeq > after {
-		life = append(life, Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: p.exitCode})
+		life = append(life, Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: p.exitCode, Limit: p.limit})
 	}
 	if p.closed && p.closedSeq > after {
 		life = append(life, Event{ProcessID: p.id, Kind: EventClosed, Seq: p.closedSeq})
@@ -1108,5 +1122,5 @@ func (p *process) info() ProcessInfo {
 	case p.exited:
 		st = StateExited
 	}
-	return ProcessInfo{ID: p.id, Pid: p.pid, Argv: p.argv, TTY: p.tty, State: st, ExitCode: p.exitCode, NextSeq: p.nextSeq}
+	return ProcessInfo{ID: p.id, Pid: p.pid, Argv: p.argv, TTY: p.tty, State: st, ExitCode: p.exitCode, NextSeq: p.nextSeq, Limit: p.limit}
 }

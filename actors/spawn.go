@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
 // Spec describes a child to start. It is what process/start asks for,
@@ -27,6 +30,21 @@ type Spec struct {
 	// Timeout, if > 0, kills the process group after this long; the exit
 	// code is then TimeoutExitCode (the app-server dialect's timeoutMs).
 	Timeout time.Duration
+	// Sandbox, if non-nil, is enforced by the kernel on the child and every
+	// descendant (through the sandbox helper; see package sandbox).
+	Sandbox *sandbox.Policy
+	// Limits bound the whole tree (cgroups where possible, else rlimits).
+	Limits contain.Limits
+	// Metadata, if set, is kept with the process (see ProcessRef.Metadata).
+	Metadata *Metadata
+}
+
+// Isolation is what the supervisor spawns with: the probed sandbox host
+// (nil: sandboxes are refused) and the cgroup manager (nil: process
+// groups only, no limits).
+type Isolation struct {
+	Host    *sandbox.Host
+	Contain *contain.Manager
 }
 
 // pipeSize is the capacity requested for output pipes (F_SETPIPE_SZ).
@@ -61,6 +79,12 @@ type Session interface {
 	// CloseOutputs closes the parent's read ends, which ends every reader
 	// even when a descendant outside our control still holds the write ends.
 	CloseOutputs()
+	// Limit names the resource limit that ended the process with exit
+	// code code, or "". Called by the actor after Wait returned.
+	Limit(code int) string
+	// Release kills what is left of the tree and frees its cgroup; called
+	// once, when the process actor ends.
+	Release()
 }
 
 // Reader is one output stream.
@@ -81,6 +105,7 @@ func (e *SpawnError) Error() string { return fmt.Sprintf("failed to spawn %s: %v
 func (e *SpawnError) Unwrap() error { return e.Err }
 
 type osSession struct {
+	group   *contain.Group // nil without a cgroup manager
 	proc    *os.Process
 	pid     int
 	tty     bool
@@ -120,8 +145,9 @@ func LookPath(argv0, dir string, env []string) (string, error) {
 }
 
 // startOS starts the child described by spec in its own session and
-// process group.
-func startOS(spec Spec) (_ *osSession, err error) {
+// process group, in a cgroup of its own where iso has a manager, through
+// the sandbox helper when it needs a policy or per-process limits.
+func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 	if len(spec.Argv) == 0 {
 		return nil, &SpawnError{Err: errors.New("argv must not be empty")}
 	}
@@ -145,6 +171,7 @@ func startOS(spec Spec) (_ *osSession, err error) {
 			f.Close()
 		}
 		if err != nil {
+			s.group.Release()
 			for _, f := range s.outputs {
 				f.Close()
 			}
@@ -208,12 +235,59 @@ func startOS(spec Spec) (_ *osSession, err error) {
 		s.streams = []Stream{Stdout, Stderr}
 		attr.Files = []*os.File{stdinChild, outW, errW}
 	}
-	proc, serr := os.StartProcess(path, argv, attr)
+	if iso.Contain != nil && (iso.Contain.Mode() != "pgroup" || !spec.Limits.IsZero()) {
+		g, gerr := iso.Contain.NewGroup(spec.Limits)
+		if gerr != nil {
+			return nil, &SpawnError{Argv0: spec.Argv[0], Err: gerr}
+		}
+		s.group = g
+		if fd := g.CgroupFD(); fd >= 0 {
+			attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, fd
+		}
+	} else if !spec.Limits.IsZero() {
+		return nil, &SpawnError{Argv0: spec.Argv[0], Err: fmt.Errorf("%w: no cgroup manager configured", contain.ErrLimitUnavailable)}
+	}
+	exe, env := path, spec.Env
+	var launch *sandbox.Launch
+	if plan, ok := helperPlan(spec, path, argv, s.group); ok {
+		l, lerr := sandbox.NewLaunch(iso.Host, plan)
+		if lerr != nil {
+			return nil, &SpawnError{Argv0: spec.Argv[0], Err: lerr}
+		}
+		launch = l
+		exe, argv, env = l.Exe, l.Argv, l.Env
+		attr.Env = env
+		attr.Files = append(attr.Files, l.Files[0], l.Files[1])
+		if l.NewMountNS {
+			attr.Sys.Cloneflags |= syscall.CLONE_NEWNS
+		}
+	}
+	proc, serr := os.StartProcess(exe, argv, attr)
 	if serr != nil {
+		if launch != nil {
+			launch.Abort()
+		}
 		return nil, &SpawnError{Argv0: spec.Argv[0], Err: errUnwrapPath(serr)}
 	}
 	s.proc, s.pid = proc, proc.Pid
+	if launch != nil {
+		if herr := launch.Started(); herr != nil {
+			_, _ = proc.Wait() // the helper exits at once; reap it
+			return nil, &SpawnError{Argv0: spec.Argv[0], Err: herr}
+		}
+	}
 	return s, nil
+}
+
+// helperPlan says whether the child must start through the sandbox
+// helper, and with what: a policy, per-process rlimits, or v1 cgroups to
+// join before the command runs.
+func helperPlan(spec Spec, path string, argv []string, g *contain.Group) (sandbox.Plan, bool) {
+	plan := sandbox.Plan{Path: path, Argv: argv, Env: spec.Env, Policy: spec.Sandbox, JoinCgroups: g.JoinFiles()}
+	for _, r := range g.Rlimits() {
+		plan.Rlimits = append(plan.Rlimits, sandbox.Rlimit{Resource: r.Resource, Cur: r.Cur, Max: r.Max})
+	}
+	return plan, plan.Policy != nil || len(plan.Rlimits) > 0 || len(plan.JoinCgroups) > 0
 }
 
 func errUnwrapPath(err error) error {
@@ -261,6 +335,10 @@ func (s *osSession) CloseStdin() error {
 }
 
 func (s *osSession) Signal(sig syscall.Signal) error {
+	if sig == syscall.SIGKILL {
+		// The whole tree, including descendants that left the group.
+		_ = s.group.Kill()
+	}
 	err := syscall.Kill(-s.pid, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil
@@ -274,6 +352,10 @@ func (s *osSession) Resize(rows, cols uint16) error {
 	}
 	return setWinsize(s.outputs[0], rows, cols)
 }
+
+func (s *osSession) Limit(code int) string { return s.group.LimitHit(code) }
+
+func (s *osSession) Release() { s.group.Release() }
 
 func (s *osSession) CloseOutputs() {
 	for _, f := range s.outputs {

@@ -10,6 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors/fsops"
+	"github.com/runtimed/runtimed/actors/hostenv"
+	"github.com/runtimed/runtimed/wire"
 )
 
 // Config configures a Supervisor. Zero values are replaced by defaults in
@@ -23,7 +25,30 @@ type Config struct {
 	MaxProcesses int
 	// FsRoots confines the fs/* methods (zero value: the whole filesystem).
 	FsRoots fsops.Roots
-	Logger  *zap.Logger
+	// Isolation is the sandbox host and cgroup manager children are
+	// spawned with (zero value: sandboxes and limits are refused, trees
+	// are contained by process group only).
+	Isolation Isolation
+	// DefaultSandbox (FloorReadOnly, FloorWorkspaceWrite or FloorNone) is
+	// applied to starts that carry no sandbox; RequireSandbox refuses them.
+	DefaultSandbox string
+	RequireSandbox bool
+	// Environment is the host as environment/info reports it (collected
+	// once by package runtime), and Capabilities the optional features the
+	// server provides (its capabilities map).
+	Environment  hostenv.Info
+	Capabilities wire.Capabilities
+	// HTTP configures http/request.
+	HTTP   HTTPConfig
+	Logger *zap.Logger
+}
+
+// HTTPConfig configures http/request.
+type HTTPConfig struct {
+	// Enabled: when false, http/request is refused (-32602).
+	Enabled bool
+	// MaxBodyBytes caps a buffered (not streamed) response body.
+	MaxBodyBytes int64
 }
 
 // Supervisor owns the registry actor and tracks every goroutine the actors
@@ -43,6 +68,7 @@ type Supervisor struct {
 
 	wg       sync.WaitGroup
 	registry *registry
+	envInfo  *wire.EnvironmentInfo // immutable: the answer of environment/info
 }
 
 // NewSupervisor starts a supervisor and its session registry.
@@ -56,6 +82,8 @@ func NewSupervisor(cfg Config) *Supervisor {
 		stopCh: make(chan struct{}),
 		killCh: make(chan struct{}),
 	}
+	info := environmentInfo(cfg.Environment, cfg.Capabilities)
+	s.envInfo = &info
 	s.registry = newRegistry(s)
 	s.wg.Go(s.registry.run)
 	return s
@@ -67,11 +95,11 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 	if s.stopped() {
 		return nil, ErrStopped
 	}
-	sess, err := startOS(spec)
+	sess, err := startOS(spec, s.cfg.Isolation)
 	if err != nil {
 		return nil, err
 	}
-	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, nil)
+	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, spec.Metadata, nil)
 	if ref == nil {
 		discardSession(sess) // stopped while the child was being started
 		return nil, ErrStopped
@@ -87,12 +115,12 @@ func (s *Supervisor) SpawnListening(id string, spec Spec, capacity int) (*Proces
 	if s.stopped() {
 		return nil, nil, ErrStopped
 	}
-	sess, err := startOS(spec)
+	sess, err := startOS(spec, s.cfg.Isolation)
 	if err != nil {
 		return nil, nil, err
 	}
 	live := make(chan Event, max(capacity, 1))
-	ref := s.spawn(id, spec.Argv, spec.TTY, sess, nil, spec.Timeout, live)
+	ref := s.spawn(id, spec.Argv, spec.TTY, sess, nil, spec.Timeout, spec.Metadata, live)
 	if ref == nil {
 		discardSession(sess)
 		return nil, nil, ErrStopped
@@ -108,18 +136,20 @@ func discardSession(sess Session) {
 		_ = sess.CloseStdin()
 	}
 	sess.Wait()
+	sess.Release()
 }
 
 // SpawnSession starts a process actor around an already started session
 // (tests pass a fake one). It returns nil once the supervisor has stopped.
 func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Session, sub *Subscriber) *ProcessRef {
-	return s.spawn(id, argv, tty, sess, sub, 0, nil)
+	return s.spawn(id, argv, tty, sess, sub, 0, nil, nil)
 }
 
 // spawn starts the actor around sess; nil when the supervisor has stopped.
-func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration, listener chan Event) *ProcessRef {
+func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration, meta *Metadata, listener chan Event) *ProcessRef {
 	log := s.log.Named("proc").With(zap.String("process_id", id), zap.Int("pid", sess.Pid()))
 	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
+	ref.meta = meta // immutable from here: set before any goroutine sees ref
 	if listener != nil {
 		p.listeners = append(p.listeners, listener) // before run starts: its goroutine owns it from then on
 	}

@@ -91,6 +91,8 @@ func (f *fakeSession) Wait() int                      { return <-f.exitCh }
 func (f *fakeSession) HasStdin() bool                 { return true }
 func (f *fakeSession) Resize(rows, cols uint16) error { return nil }
 func (f *fakeSession) CloseOutputs()                  { f.forcedOnce.Do(func() { close(f.forced) }) }
+func (f *fakeSession) Limit(int) string               { return "" }
+func (f *fakeSession) Release()                       {}
 
 func (f *fakeSession) Write(p []byte) error {
 	f.mu.Lock()

@@ -37,6 +37,21 @@ type Spec struct {
 	Size Size
 	// Arg0, if set, is the argv[0] the child sees.
 	Arg0 string
+	// Sandbox, if set, confines the process and every descendant (see
+	// Sandbox). Nil: the server's default sandbox, if any, applies.
+	Sandbox *Sandbox
+	// Limits bound the whole process tree; the zero value sets none.
+	Limits Limits
+	// Metadata, if set, attributes the process to a thread and tool call;
+	// List shows it.
+	Metadata *Metadata
+}
+
+// Metadata attributes a process to a client's thread and tool call
+// (process/start's metadata). Empty fields are not sent.
+type Metadata struct {
+	ThreadID   string
+	ToolCallID string
 }
 
 // Size is a terminal size.
@@ -120,8 +135,13 @@ type Chunk struct {
 	Data   []byte
 }
 
-// ExitStatus is how a process ended: its exit code, or 128+N when killed by signal N.
-type ExitStatus struct{ Code int }
+// ExitStatus is how a process ended: its exit code, or 128+N when killed
+// by signal N, and the resource limit (Limit* constants) that ended it,
+// if one did.
+type ExitStatus struct {
+	Code  int
+	Limit string
+}
 
 // Success reports whether the exit code is 0.
 func (s ExitStatus) Success() bool { return s.Code == 0 }

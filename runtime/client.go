@@ -694,6 +694,15 @@ func (c *Client) Start(ctx context.Context, spec Spec) (Process, error) {
 	if p := spec.EnvPolicy; p != nil {
 		params.EnvPolicy = &wire.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
 	}
+	if spec.Sandbox != nil {
+		raw, err := spec.Sandbox.wire().MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		params.Sandbox = raw
+	}
+	params.Limits = spec.Limits.wire()
+	params.Metadata = wireMetadata(spec.Metadata)
 	if r := c.callResult(ctx, wire.MethodProcessStart, params); r.err != nil {
 		var re *RPCError
 		if !(r.resent && errors.As(r.err, &re) && re.Message == wire.ErrProcessExists(spec.ID).Message) {
@@ -715,6 +724,7 @@ type ProcessInfo struct {
 	State    string // "starting", "running", "exited" or "closed"
 	ExitCode *int
 	NextSeq  uint64
+	Metadata *Metadata // as given to Start, or nil
 }
 
 // List returns the processes of the client's session.
@@ -726,6 +736,9 @@ func (c *Client) List(ctx context.Context) ([]ProcessInfo, error) {
 	out := make([]ProcessInfo, len(res.Processes))
 	for i, p := range res.Processes {
 		out[i] = ProcessInfo{ID: p.ProcessID, Pid: p.PID, Argv: p.Argv, TTY: p.TTY, State: p.State, ExitCode: p.ExitCode, NextSeq: p.NextSeq}
+		if m := p.Metadata; m != nil {
+			out[i].Metadata = &Metadata{ThreadID: deref(m.ThreadID), ToolCallID: deref(m.ToolCallID)}
+		}
 	}
 	return out, nil
 }
@@ -814,7 +827,7 @@ func (p *remoteProcess) Wait(ctx context.Context) (ExitStatus, error) {
 		if p.rp.failure != nil {
 			return ExitStatus{}, p.rp.failure
 		}
-		return ExitStatus{Code: p.rp.exitCode}, nil
+		return ExitStatus{Code: p.rp.exitCode, Limit: p.rp.limit}, nil
 	case <-ctx.Done():
 		return ExitStatus{}, ctx.Err()
 	}

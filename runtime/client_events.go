@@ -48,6 +48,7 @@ type rproc struct {
 	exited    bool
 	exitSeq   uint64
 	exitCode  int
+	limit     string // the resource limit that ended it (from process/exited)
 	closed    bool
 	closedSeq uint64
 	listeners []chan actors.Event
@@ -79,7 +80,7 @@ func (st *clientState) notification(msg wire.Message) {
 			return
 		}
 		if rp := st.procs[n.ProcessID]; rp != nil {
-			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventExited, Seq: n.Seq, ExitCode: n.ExitCode})
+			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventExited, Seq: n.Seq, ExitCode: n.ExitCode, Limit: n.Limit})
 		}
 	case wire.NotifyProcessClosed:
 		var n wire.ClosedNotification
@@ -155,6 +156,9 @@ func (st *clientState) emit(rp *rproc, ev actors.Event) {
 	switch ev.Kind {
 	case actors.EventExited:
 		rp.exited, rp.exitSeq, rp.exitCode = true, ev.Seq, ev.ExitCode
+		if ev.Limit != "" {
+			rp.limit = ev.Limit
+		}
 	case actors.EventClosed:
 		rp.closed, rp.closedSeq = true, ev.Seq
 	case actors.EventFailed:

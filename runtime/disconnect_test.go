@@ -214,7 +214,7 @@ type losesStartAnswer struct {
 
 func (l *losesStartAnswer) ReadMessage(ctx context.Context) ([]byte, error) {
 	msg, err := l.cuttable.ReadMessage(ctx)
-	if err == nil && !l.done.Load() && strings.Contains(string(msg), `"result":{"processId":"`+l.startID+`"}`) {
+	if err == nil && !l.done.Load() && strings.Contains(string(msg), `"result":{"processId":"`+l.startID+`"`) {
 		l.done.Store(true)
 		l.cut()
 		return nil, errors.New("connection reset (test)")

@@ -30,7 +30,15 @@
 // 1 MiB and 50 000 chunks per process, closed processes kept 30 s (from
 // the moment their ending was delivered; a negative ClosedRetention
 // forgets them right after delivery), shutdown grace 2 s, inbound
-// messages up to 64 MiB.
+// messages up to 64 MiB, http/request enabled with buffered bodies up to
+// 16 MiB.
+//
+// Both backends answer EnvironmentInfo(ctx): the machine's login shell,
+// runtimed's version, a stable provider id, directories (native paths) and
+// the capabilities the build provides. Which capabilities are true is
+// decided in one place, the capabilities function in environment.go; a
+// Client asks the server (environment/info). Spec.Metadata (thread and
+// tool call) is kept with the process and shown by List.
 //
 // # Concurrency
 //

@@ -26,6 +26,7 @@ type Local struct {
 	*fsImpl // the FileSystem methods, on this machine (Config.FsRoots applies)
 
 	sup    *actors.Supervisor
+	iso    *isolation
 	nextID atomic.Uint64
 
 	mu     sync.Mutex // guards procs and starts only; never held while calling an actor
@@ -41,10 +42,11 @@ func NewLocal(cfg Config) *Local {
 	if err != nil {
 		roots, _ = fsops.NewRoots([]string{os.TempDir()}) // see Config.Validate
 	}
-	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(supervisorConfig(cfg)), procs: make(map[string]*actors.ProcessRef)}
+	iso := newIsolation(cfg)
+	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(supervisorConfig(cfg, iso)), iso: iso, procs: make(map[string]*actors.ProcessRef)}
 }
 
-func supervisorConfig(cfg Config) actors.Config {
+func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 	return actors.Config{
 		Proc: actors.ProcConfig{
 			RetainBytes:         cfg.RetainBytes,
@@ -53,9 +55,15 @@ func supervisorConfig(cfg Config) actors.Config {
 			DrainAfterTerminate: drainAfterTerminate,
 			ShutdownGrace:       cfg.ShutdownGrace,
 		},
-		DetachTTL:    cfg.DetachTTL,
-		MaxProcesses: cfg.MaxProcesses,
-		Logger:       cfg.Logger,
+		DetachTTL:      cfg.DetachTTL,
+		MaxProcesses:   cfg.MaxProcesses,
+		Isolation:      iso.Isolation,
+		DefaultSandbox: cfg.DefaultSandbox,
+		RequireSandbox: cfg.RequireSandbox,
+		Environment:    hostEnvironment(),
+		Capabilities:   capabilities(cfg, iso),
+		HTTP:           actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
+		Logger:         cfg.Logger,
 	}
 }
 
@@ -68,6 +76,11 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	var werr *wire.Error
+	if as.Sandbox, werr = l.sup.SandboxFor(spec.Sandbox.wire(), as.Dir, as.Env); werr != nil {
+		return nil, rpcErr(werr)
+	}
+	as.Limits = actors.LimitsFrom(spec.Limits.wire())
 	l.mu.Lock()
 	if ref, ok := l.procs[spec.ID]; ok && (ref == nil || ref.Alive()) { // nil: another Start is spawning it
 		l.mu.Unlock()
@@ -95,7 +108,7 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		if errors.Is(err, actors.ErrStopped) {
 			return nil, ErrClosed
 		}
-		return nil, &RPCError{Code: wire.CodeInternal, Message: err.Error()}
+		return nil, &RPCError{Code: actors.SpawnErrorCode(err), Message: err.Error()}
 	}
 	lp := &localProcess{ref: ref}
 	lp.first.Store(&first)
@@ -129,7 +142,8 @@ func actorSpec(spec Spec) (actors.Spec, error) {
 	return actors.Spec{
 		Argv: spec.Argv, Arg0: spec.Arg0, Dir: filepath.Clean(dir), TTY: spec.TTY, PipeStdin: spec.PipeStdin,
 		Rows: spec.Size.Rows, Cols: spec.Size.Cols,
-		Env: actors.BuildEnv(actors.ServerEnv(), policy, spec.Env),
+		Env:      actors.BuildEnv(actors.ServerEnv(), policy, spec.Env),
+		Metadata: actorMetadata(spec.Metadata),
 	}, nil
 }
 
@@ -138,12 +152,14 @@ func rpcErr(e *wire.Error) *RPCError { return &RPCError{Code: e.Code, Message: e
 // Close kills every process and waits for the actors to exit.
 func (l *Local) Close() error {
 	l.sup.Kill()
+	defer l.iso.release()
 	return l.sup.Wait(context.Background())
 }
 
 // Shutdown terminates every process (SIGTERM, SIGKILL after the grace) and
 // waits, or kills them when ctx ends first.
 func (l *Local) Shutdown(ctx context.Context) error {
+	defer l.iso.release()
 	l.sup.Stop()
 	if err := l.sup.Wait(ctx); err != nil {
 		l.sup.Kill()
@@ -257,7 +273,7 @@ func (p *localProcess) Wait(ctx context.Context) (ExitStatus, error) {
 		if f := p.failure(); f != nil {
 			return ExitStatus{}, f
 		}
-		return ExitStatus{Code: p.ref.ExitCode()}, nil
+		return ExitStatus{Code: p.ref.ExitCode(), Limit: p.ref.Limit()}, nil
 	case <-ctx.Done():
 		return ExitStatus{}, ctx.Err()
 	}
@@ -306,6 +322,9 @@ func (l *Local) List(ctx context.Context) ([]ProcessInfo, error) {
 			continue // retention ended
 		}
 		pi := ProcessInfo{ID: info.ID, Pid: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq}
+		if m := ref.Metadata(); m != nil {
+			pi.Metadata = &Metadata{ThreadID: deref(m.ThreadID), ToolCallID: deref(m.ToolCallID)}
+		}
 		if info.State >= actors.StateExited {
 			code := info.ExitCode
 			pi.ExitCode = &code

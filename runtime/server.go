@@ -64,13 +64,32 @@ type Config struct {
 	// FsRoots confines every fs/* method to these directories (after
 	// resolving symlinks). Empty means the whole filesystem.
 	FsRoots []string
+	// DefaultSandbox ("read-only" or "workspace-write", with the start's
+	// cwd as the project root) confines starts that carry no sandbox.
+	// Empty: such starts run unconfined.
+	DefaultSandbox string
+	// RequireSandbox refuses starts that carry no sandbox (and no
+	// DefaultSandbox applies) with -32602.
+	RequireSandbox bool
+	// Containment is ContainAuto (a cgroup per process tree where this host
+	// allows it) or ContainProcessGroup.
+	Containment string
+	// DisableHTTPRequests refuses http/request (-32602, saying so); by
+	// default clients may make HTTP requests from the server's network.
+	DisableHTTPRequests bool
+	// MaxHTTPBodyBytes caps a buffered http/request response body (a
+	// larger one is an error; streamed bodies are not capped). Zero means
+	// DefaultMaxHTTPBodyBytes.
+	MaxHTTPBodyBytes int64
 }
 
 // Validate reports configuration errors that NewServer would otherwise
 // turn into failing Serve calls (for example an fs root that does not exist).
 func (c Config) Validate() error {
-	_, err := fsops.NewRoots(c.FsRoots)
-	return err
+	if _, err := fsops.NewRoots(c.FsRoots); err != nil {
+		return err
+	}
+	return validateSandboxConfig(c)
 }
 
 func (c Config) withDefaults() Config {
@@ -104,6 +123,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
+	if c.MaxHTTPBodyBytes <= 0 {
+		c.MaxHTTPBodyBytes = DefaultMaxHTTPBodyBytes
+	}
 	return c
 }
 
@@ -117,6 +139,7 @@ type Server struct {
 	cfg Config
 	log *zap.Logger
 	sup *actors.Supervisor
+	iso *isolation // the sandbox host and cgroup manager, released after the supervisor stops
 
 	initErr error // a configuration error: Serve and ServeTransport return it
 
@@ -133,8 +156,12 @@ type Server struct {
 func NewServer(cfg Config) *Server {
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancelCause(context.Background())
-	scfg := supervisorConfig(cfg)
+	iso := newIsolation(cfg)
+	scfg := supervisorConfig(cfg, iso)
 	roots, err := fsops.NewRoots(cfg.FsRoots)
+	if err == nil {
+		err = validateSandboxConfig(cfg)
+	}
 	if err != nil {
 		// Serve refuses to run; until then confine to nothing reachable.
 		roots, _ = fsops.NewRoots([]string{os.TempDir()})
@@ -145,6 +172,7 @@ func NewServer(cfg Config) *Server {
 		log:       cfg.Logger,
 		initErr:   err,
 		sup:       actors.NewSupervisor(scfg),
+		iso:       iso,
 		ctx:       ctx,
 		cancel:    cancel,
 		listeners: make(map[net.Listener]*http.Server),
@@ -266,6 +294,7 @@ func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
 // connections have ended (or could not be ended in time: a transport
 // blocked in a read or write that cannot be interrupted).
 func (s *Server) Shutdown(ctx context.Context) error {
+	defer s.iso.release()
 	s.stopAccepting()
 	s.sup.Stop()
 	err := s.sup.Wait(ctx)
@@ -315,6 +344,7 @@ func (s *Server) waitConns(d time.Duration) error {
 // then kills every process (SIGKILL) and returns once all goroutines have
 // exited.
 func (s *Server) Close() error {
+	defer s.iso.release()
 	s.stopAccepting()
 	s.cancel(&actors.ConnError{Reason: actors.ReasonShutdown})
 	s.conns.Wait()

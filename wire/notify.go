@@ -18,13 +18,18 @@ func AppendOutputNotification(dst []byte, processID string, seq uint64, stream s
 }
 
 // AppendExitedNotification appends a process/exited notification to dst.
-func AppendExitedNotification(dst []byte, processID string, seq uint64, exitCode int) []byte {
+// limit, if not empty, names the resource limit that ended the process.
+func AppendExitedNotification(dst []byte, processID string, seq uint64, exitCode int, limit string) []byte {
 	dst = append(dst, `{"method":"process/exited","params":{"processId":`...)
 	dst = AppendString(dst, processID)
 	dst = append(dst, `,"seq":`...)
 	dst = strconv.AppendUint(dst, seq, 10)
 	dst = append(dst, `,"exitCode":`...)
 	dst = strconv.AppendInt(dst, int64(exitCode), 10)
+	if limit != "" {
+		dst = append(dst, `,"limit":`...)
+		dst = AppendString(dst, limit)
+	}
 	return append(dst, `,"sandboxDenied":false}}`...)
 }
 

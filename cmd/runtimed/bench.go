@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/runtimed/runtimed/runtime"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -69,6 +70,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.rpcMethod, "rpc-method", "process/read", "the request timed in figure d (process/read, or environment/status to leave out the process actor)")
 	fs.IntVar(&o.pid, "pid", 0, "the server's pid, for CPU, RSS and thread figures (known with --spawn)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the benchmark client to this file")
+	sandbox := fs.String("sandbox", "none", "start every process under this sandbox: none, read-only or workspace-write (cwd / as the root); figures are labelled")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -124,12 +126,27 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer c.close()
+	switch *sandbox {
+	case "none":
+	case "read-only":
+		c.sandbox = runtime.ReadOnlySandbox()
+	case "workspace-write":
+		c.sandbox = runtime.WorkspaceWriteSandbox("/tmp")
+	default:
+		fmt.Fprintf(stderr, "runtimed bench: --sandbox %q: expected none, read-only or workspace-write\n", *sandbox)
+		return 2
+	}
 
 	b := &bencher{c: c, o: o, log: stderr}
 	results, err := b.run(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed bench:", err)
 		return 1
+	}
+	if c.sandbox != nil {
+		for i := range results {
+			results[i].Name += " (sandbox " + *sandbox + ")"
+		}
 	}
 	if *noDecode {
 		for i := range results {

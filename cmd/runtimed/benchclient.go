@@ -33,6 +33,7 @@ type benchClient struct {
 
 	decodeBuf []byte
 	noDecode  bool // count chunk sizes without decoding (to measure a server when this client is the limit)
+	sandbox   any  // process/start.sandbox of every start (nil: none); set before the first start
 	done      chan struct{}
 	err       error // set before done is closed
 }
@@ -270,10 +271,14 @@ func (c *benchClient) start(ctx context.Context, id string, argv []string, tty b
 	c.mu.Lock()
 	c.procs[id] = p
 	c.mu.Unlock()
-	_, err := c.call(ctx, "process/start", map[string]any{
+	params := map[string]any{
 		"processId": id, "argv": argv, "cwd": "/", "tty": tty,
 		"env": map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"},
-	})
+	}
+	if c.sandbox != nil {
+		params["sandbox"] = c.sandbox
+	}
+	_, err := c.call(ctx, "process/start", params)
 	if err != nil {
 		c.mu.Lock()
 		delete(c.procs, id)

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,14 +57,24 @@ func (cf *clientFlags) backend(ctx context.Context) (runtime.Backend, error) {
 // commandFlags are the flags of commands that start a process (exec, stdio).
 type commandFlags struct {
 	clientFlags
-	envs stringList
-	cwd  string
+	envs     stringList
+	cwd      string
+	sandbox  string
+	writable stringList
+	network  bool
+	memory   string
+	pids     uint64
 }
 
 func (cf *commandFlags) register(fs *flag.FlagSet) {
 	cf.clientFlags.register(fs, false)
 	fs.Var(&cf.envs, "env", "KEY=VALUE laid over the server's environment (repeatable)")
 	fs.StringVar(&cf.cwd, "cwd", "", "working directory on the runtime (default: the current directory)")
+	fs.StringVar(&cf.sandbox, "sandbox", "none", "confine the command: none, read-only, or workspace-write (the cwd is the project root)")
+	fs.Var(&cf.writable, "writable", "with --sandbox: another directory the command may write (repeatable)")
+	fs.BoolVar(&cf.network, "network", false, "with --sandbox: allow network access (default: cut)")
+	fs.StringVar(&cf.memory, "memory", "", "memory limit of the whole process tree, e.g. 64MiB, 1GiB")
+	fs.Uint64Var(&cf.pids, "pids", 0, "limit on the number of processes in the tree (0: none)")
 }
 
 // spec is the process the command starts: argv with the server's
@@ -76,7 +88,65 @@ func (cf *commandFlags) spec(argv []string) (runtime.Spec, error) {
 	if dir == "" {
 		dir, _ = os.Getwd()
 	}
-	return runtime.Spec{Argv: argv, Dir: dir, Env: env, EnvPolicy: &runtime.EnvPolicy{Inherit: "all"}, PipeStdin: true}, nil
+	spec := runtime.Spec{Argv: argv, Dir: dir, Env: env, EnvPolicy: &runtime.EnvPolicy{Inherit: "all"}, PipeStdin: true}
+	switch cf.sandbox {
+	case "none", "":
+		if len(cf.writable) > 0 || cf.network {
+			return runtime.Spec{}, fmt.Errorf("--writable and --network need --sandbox read-only or workspace-write")
+		}
+	case "read-only":
+		spec.Sandbox = runtime.ReadOnlySandbox()
+	case "workspace-write":
+		spec.Sandbox = runtime.WorkspaceWriteSandbox(dir)
+	default:
+		return runtime.Spec{}, fmt.Errorf("--sandbox %q: expected none, read-only or workspace-write", cf.sandbox)
+	}
+	if spec.Sandbox != nil {
+		spec.Sandbox.Network = cf.network
+		for _, w := range cf.writable {
+			abs, err := filepath.Abs(w)
+			if err != nil {
+				return runtime.Spec{}, fmt.Errorf("--writable %s: %w", w, err)
+			}
+			spec.Sandbox.FileSystem = append(spec.Sandbox.FileSystem, runtime.FSRule{Path: abs, Access: runtime.FSWrite})
+		}
+	}
+	if cf.memory != "" {
+		n, err := parseSize(cf.memory)
+		if err != nil {
+			return runtime.Spec{}, fmt.Errorf("--memory: %w", err)
+		}
+		spec.Limits.MemoryBytes = n
+	}
+	spec.Limits.Pids = cf.pids
+	return spec, nil
+}
+
+// parseSize reads a byte count: a number with an optional unit, binary
+// (KiB, MiB, GiB, TiB) or decimal (k/KB, M/MB, G/GB, T/TB); bare is bytes.
+func parseSize(s string) (uint64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9') {
+		i++
+	}
+	if i == 0 {
+		return 0, fmt.Errorf("%q: expected a number with an optional unit (64MiB, 1GiB)", s)
+	}
+	n, err := strconv.ParseUint(t[:i], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q: %w", s, err)
+	}
+	units := map[string]uint64{"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 1 << 10, "m": 1e6, "mb": 1e6, "mib": 1 << 20,
+		"g": 1e9, "gb": 1e9, "gib": 1 << 30, "t": 1e12, "tb": 1e12, "tib": 1 << 40}
+	mul, ok := units[strings.ToLower(strings.TrimSpace(t[i:]))]
+	if !ok {
+		return 0, fmt.Errorf("%q: unknown unit %q (use KiB, MiB, GiB)", s, t[i:])
+	}
+	if n > ^uint64(0)/mul {
+		return 0, fmt.Errorf("%q: too large", s)
+	}
+	return n * mul, nil
 }
 
 func parseEnv(kvs []string) (map[string]string, error) {
@@ -171,6 +241,9 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stderr, "runtimed exec:", err)
 		return 1
+	}
+	if st, err := p.Wait(ctx); err == nil && st.Limit != "" {
+		fmt.Fprintf(stderr, "runtimed exec: the process was ended by its %s limit (exit code %d)\n", st.Limit, st.Code)
 	}
 	return code
 }

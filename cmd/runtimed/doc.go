@@ -11,6 +11,9 @@
 //	runtimed bench (--connect URL | --spawn CMD [--stdio])           measure a compatible server
 //
 // Without --connect, exec, stdio and fs run through an embedded runtime.
+// serve's --http-requests=false refuses http/request, and
+// --http-max-body-bytes caps a buffered http/request body (README lists
+// every flag).
 //
 // # Concurrency
 //

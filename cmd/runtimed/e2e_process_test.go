@@ -47,7 +47,7 @@ func TestInvalidParams(t *testing.T) {
 		sb := map[string]any{"processId": "p", "argv": []string{"true"}, "cwd": dir, "env": baseEnv(), "tty": false,
 			"sandbox": map[string]any{"mode": "read-only"}}
 		_, err = call(ctx, c, "process/start", sb)
-		wantRPCError(t, "process/start with a sandbox", err, -32602, "sandbox intent cannot be enforced on this executor")
+		wantRPCError(t, "process/start with a malformed sandbox", err, -32602, "missing field `sandbox.permissions`")
 
 		// None of the refused starts took the id.
 		mustStart(t, c, shProc("p", dir, "exit 0"))

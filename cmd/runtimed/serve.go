@@ -40,7 +40,12 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	maxMessage := fs.Int("max-message-bytes", runtime.DefaultMaxMessageBytes, "largest inbound message")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error (logs go to stderr)")
 	tokenFile := fs.String("auth-token-file", "", "file holding the bearer token every websocket client must send (or set RUNTIMED_AUTH_TOKEN)")
+	httpRequests := fs.Bool("http-requests", true, "serve http/request: clients may make HTTP requests from this machine's network (false: refused with -32602)")
+	httpMaxBody := fs.Int64("http-max-body-bytes", runtime.DefaultMaxHTTPBodyBytes, "largest buffered http/request response body (streamed bodies are not capped)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for performance work)")
+	defaultSandbox := fs.String("default-sandbox", "", "confine starts that carry no sandbox: read-only or workspace-write (project root = the start's cwd); empty: run them unconfined")
+	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
+	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible) or pgroup")
 	var origins, fsRoots stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods to this directory (repeatable; default: the whole filesystem)")
 	fs.Var(&origins, "allowed-origin", "an Origin header value allowed to connect (repeatable; by default any request with an Origin is refused)")
@@ -87,13 +92,30 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		AuthToken:       token,
 		AllowedOrigins:  origins,
 		FsRoots:         fsRoots,
+		DefaultSandbox:  *defaultSandbox,
+		RequireSandbox:  *requireSandbox,
+
+		DisableHTTPRequests: !*httpRequests,
+		MaxHTTPBodyBytes:    *httpMaxBody,
+	}
+	switch *containment {
+	case "auto":
+	case "pgroup":
+		cfg.Containment = runtime.ContainProcessGroup
+	default:
+		fmt.Fprintf(stderr, "runtimed serve: --containment %q: expected auto or pgroup\n", *containment)
+		return 2
+	}
+	if *defaultSandbox != "" && *defaultSandbox != "read-only" && *defaultSandbox != "workspace-write" {
+		fmt.Fprintf(stderr, "runtimed serve: --default-sandbox %q: expected read-only or workspace-write\n", *defaultSandbox)
+		return 2
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "runtimed serve: --fs-root: %v\n", err)
 		return 2
 	}
-	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 {
-		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks, --max-processes and --max-message-bytes must be positive")
+	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 || *httpMaxBody <= 0 {
+		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks, --max-processes, --max-message-bytes and --http-max-body-bytes must be positive")
 		return 2
 	}
 

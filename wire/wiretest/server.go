@@ -85,6 +85,17 @@ func Start(t testing.TB, bin string, args ...string) *Server {
 	return s
 }
 
+// StartEnv is Start with extra environment variables ("K=V"). Its stdout is kept, so FirstLine works
+// for any program that announces itself on its first stdout line (e.g. another exec-server).
+func StartEnv(t testing.TB, bin string, env []string, args ...string) *Server {
+	t.Helper()
+	s, err := start(t, bin, args, env, nil)
+	if err != nil {
+		t.Fatalf("wiretest: start %s %q: %v", bin, args, err)
+	}
+	return s
+}
+
 // StartWS runs `bin serve --listen ws://127.0.0.1:0 extraArgs...` and waits (bounded by StartTimeout)
 // for the URL it prints as the first stdout line.
 func StartWS(t testing.TB, bin string, extraArgs ...string) *Server {

@@ -1,0 +1,263 @@
+package contain
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Limits bound a process tree. Zero means no limit.
+type Limits struct {
+	MemoryBytes   uint64
+	Pids          uint64
+	CPUSeconds    uint64
+	OpenFiles     uint64
+	FileSizeBytes uint64
+}
+
+// IsZero reports whether no limit is set.
+func (l Limits) IsZero() bool { return l == Limits{} }
+
+// Limit names, as reported when a process ended because of one.
+const (
+	LimitMemory   = "memory"
+	LimitPids     = "pids"
+	LimitCPU      = "cpu"
+	LimitOpenFile = "openFiles"
+	LimitFileSize = "fileSize"
+)
+
+// ErrLimitUnavailable is wrapped when a limit cannot be applied here.
+var ErrLimitUnavailable = errors.New("contain: limit unavailable on this host")
+
+// Manager creates one cgroup per process under a directory of its own in
+// each hierarchy it can write to. Its fields are set by NewManager and
+// read-only after; Groups are owned by whoever created them.
+type Manager struct {
+	v2     string          // per-daemon directory in the unified hierarchy, "" if none
+	v2Ctrl map[string]bool // controllers enabled for v2 children (memory, pids)
+	v1     map[string]string
+	// track is the v1 controller whose cgroups track trees when there is
+	// no v2 hierarchy ("freezer" or "pids"), "" otherwise.
+	track string
+}
+
+// Mode values: how process trees are tracked.
+const (
+	ModeCgroup2 = "cgroup2" // clone into a v2 cgroup; cgroup.kill
+	ModeCgroup1 = "cgroup1" // the helper joins a v1 freezer/pids cgroup; freeze, kill each pid, thaw
+	ModePgroup  = "pgroup"  // the process group only
+)
+
+// NewManager probes the cgroup hierarchies and creates runtimed-<pid>
+// directories where it can, using the best mode at most as good as want
+// (ModeCgroup2 for the best this host has). A host without writable
+// cgroups gives a Manager that contains by process group only (Mode says
+// so); that is not an error.
+func NewManager(want string) *Manager {
+	m := &Manager{v1: map[string]string{}, v2Ctrl: map[string]bool{}}
+	if want == ModePgroup {
+		return m
+	}
+	mounts, own := cgroupMounts(), ownCgroups()
+	name := fmt.Sprintf("runtimed-%d", os.Getpid())
+	if mnt, ok := mounts[""]; ok && want == ModeCgroup2 {
+		base := filepath.Join(mnt, own[""])
+		dir := filepath.Join(base, name)
+		cleanStale(base)
+		if err := os.Mkdir(dir, 0o755); err == nil || errors.Is(err, os.ErrExist) {
+			if exists(filepath.Join(dir, "cgroup.kill")) {
+				m.v2 = dir
+				// Delegate memory and pids to per-process children when the
+				// daemon's own cgroup offers them.
+				for _, c := range []string{"memory", "pids"} {
+					if os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+c), 0) == nil {
+						m.v2Ctrl[c] = true
+					}
+				}
+			} else {
+				_ = syscall.Rmdir(dir)
+			}
+		}
+	}
+	for _, c := range []string{"memory", "pids", "freezer"} {
+		if m.v2Ctrl[c] {
+			continue
+		}
+		mnt, ok := mounts[c]
+		if !ok {
+			continue
+		}
+		base := filepath.Join(mnt, own[c])
+		cleanStale(base)
+		dir := filepath.Join(base, name)
+		if err := os.Mkdir(dir, 0o755); err == nil || errors.Is(err, os.ErrExist) {
+			m.v1[c] = dir
+		}
+	}
+	if m.v2 == "" {
+		for _, c := range []string{"freezer", "pids"} {
+			if m.v1[c] != "" {
+				m.track = c
+				break
+			}
+		}
+	}
+	return m
+}
+
+// Mode names how trees are contained: ModeCgroup2 (every descendant is in
+// the process's cgroup and dies with cgroup.kill), ModeCgroup1 (a v1
+// freezer or pids cgroup joined before the command runs: frozen, killed
+// pid by pid, thawed) or ModePgroup (the process group only: descendants
+// that call setsid escape).
+func (m *Manager) Mode() string {
+	switch {
+	case m.v2 != "":
+		return ModeCgroup2
+	case m.track != "":
+		return ModeCgroup1
+	}
+	return ModePgroup
+}
+
+// LimitsOnTree reports whether memory and pids limits bound whole trees
+// here (a cgroup controller for each).
+func (m *Manager) LimitsOnTree() bool {
+	return (m.v2Ctrl["memory"] || m.v1["memory"] != "") && (m.v2Ctrl["pids"] || m.v1["pids"] != "")
+}
+
+// Summary describes containment and how each limit is applied here.
+func (m *Manager) Summary() string {
+	return fmt.Sprintf("tree containment: %s; limits: memory by %s, pids by %s, cpuSeconds/openFiles/fileSizeBytes by rlimits of each process",
+		m.Mode(), m.how("memory"), m.how("pids"))
+}
+
+func (m *Manager) how(c string) string {
+	switch {
+	case m.v2Ctrl[c]:
+		return "cgroup v2 (whole tree)"
+	case m.v1[c] != "":
+		return "cgroup v1 (whole tree)"
+	case c == "memory":
+		return "RLIMIT_AS (each process)"
+	}
+	return "nothing (refused)"
+}
+
+// Close removes the per-daemon directories; groups must be released first.
+func (m *Manager) Close() error {
+	var errs []error
+	if m.v2 != "" {
+		errs = append(errs, rmdirQuiet(m.v2))
+	}
+	for _, d := range m.v1 {
+		errs = append(errs, rmdirQuiet(d))
+	}
+	return errors.Join(errs...)
+}
+
+// cgroupMounts maps a controller ("" for the unified hierarchy) to its mount point.
+func cgroupMounts() map[string]string {
+	out := map[string]string{}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		i := indexOf(fields, "-")
+		if i < 0 || i+3 >= len(fields) || len(fields) < 5 {
+			continue
+		}
+		fstype, mnt, opts := fields[i+1], fields[4], fields[i+3]
+		switch fstype {
+		case "cgroup2":
+			if _, ok := out[""]; !ok {
+				out[""] = mnt
+			}
+		case "cgroup":
+			for _, o := range strings.Split(opts, ",") {
+				if o == "memory" || o == "pids" || o == "freezer" {
+					out[o] = mnt
+				}
+			}
+		}
+	}
+	return out
+}
+
+// ownCgroups maps a controller ("" for unified) to this process's cgroup path.
+func ownCgroups() map[string]string {
+	out := map[string]string{}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			out[""] = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			out[c] = parts[2]
+		}
+	}
+	return out
+}
+
+// cleanStale removes empty per-process cgroups left by a daemon that died
+// without cleaning up (its pid no longer runs).
+func cleanStale(base string) {
+	ents, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		pidStr, ok := strings.CutPrefix(e.Name(), "runtimed-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		dir := filepath.Join(base, e.Name())
+		subs, _ := os.ReadDir(dir)
+		for _, s := range subs {
+			if s.IsDir() {
+				_ = syscall.Rmdir(filepath.Join(dir, s.Name()))
+			}
+		}
+		_ = syscall.Rmdir(dir)
+	}
+}
+
+func indexOf(ss []string, s string) int {
+	for i, x := range ss {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func rmdirQuiet(p string) error {
+	if err := syscall.Rmdir(p); err != nil && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("contain: remove %s: %w", p, err)
+	}
+	return nil
+}

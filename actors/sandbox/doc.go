@@ -1,0 +1,52 @@
+// Package sandbox confines a child process and all its descendants with
+// the kernel: Landlock for the file system (every right the kernel's ABI
+// knows), signal and abstract-socket scoping (ABI 6+: no signals or ptrace
+// outside the sandbox's own domain), a seccomp filter that lets only
+// AF_UNIX sockets be created (so TCP and UDP to any address, loopback
+// included, fail with EPERM, and io_uring cannot go around it), an empty
+// capability set, and, where Landlock's allow-list cannot say it, bind
+// mounts in a private mount namespace (a read-only .git under a writable
+// root, a deny entry under a readable one). It knows nothing of actors or
+// the wire: callers hand it a resolved Policy.
+//
+// # Usage
+//
+//	h, err := sandbox.Probe(os.TempDir())        // once per daemon
+//	err = h.Check(policy)                         // *UnavailableError names what is missing
+//	l, err := sandbox.NewLaunch(h, sandbox.Plan{Path: exe, Argv: argv, Env: env, Policy: policy})
+//	// start l.Exe with l.Argv, l.Env, stdio plus l.Files as fds 3 and 4,
+//	// in a new mount namespace when l.NewMountNS; then:
+//	err = l.Started()                              // nil once the command was exec'd
+//
+// A Go child cannot run code between fork and exec, so the child is this
+// same executable in helper mode: an init function recognises argv[0]
+// "runtimed-sandbox-exec" (with RUNTIMED_SANDBOX_EXEC=1), reads the Plan
+// from fd 3, joins v1 cgroups, sets rlimits, makes the overlays, drops
+// capabilities, restricts itself and execs the command, which keeps the
+// helper's pid, process group, session, terminal and exit status. Any Go
+// program that imports this package (every program embedding runtimed)
+// can therefore serve as its own helper.
+//
+// # Concurrency
+//
+// Host is read-only after Probe and safe to share. A Launch belongs to the
+// goroutine that spawns the child. The helper runs single-threaded work on
+// one locked OS thread, the one that calls execve.
+//
+// # Failure semantics
+//
+// Fail closed: Check refuses what the host cannot enforce (no Landlock ABI
+// 6, no seccomp, no mount namespace for overlays) with an
+// *UnavailableError that wraps ErrUnavailable; a policy this package cannot
+// express (a rule under a deny) wraps ErrUnsupported. A failure inside the
+// helper is reported on the status pipe as an *ExecError naming the stage
+// (plan, cgroup, rlimit, mounts, capabilities, landlock, seccomp, exec);
+// the helper then exits HelperExitCode without running the command, and
+// the caller reaps it. The command never runs unconfined.
+//
+// # Backpressure
+//
+// None: the plan is one pipe write read to EOF by the helper; Started
+// blocks the spawning goroutine until the helper has exec'd or failed
+// (one exec of this binary, a few milliseconds).
+package sandbox

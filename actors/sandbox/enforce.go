@@ -1,0 +1,196 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// This file runs only in the helper, between fork and the command's
+// execve, on the one OS thread that will call execve.
+
+// pinned opens path without following any symlink and checks that it is
+// the file the daemon resolved; the returned /proc/self/fd path names
+// exactly that file for mount(2) and Landlock (the fd stays open until
+// execve closes it).
+func pinned(path string, want fileID) (string, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return "", fmt.Errorf("%s changed during the start: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return "", fmt.Errorf("stat %s: %w", path, err)
+	}
+	if (fileID{Dev: uint64(st.Dev), Ino: st.Ino}) != want {
+		unix.Close(fd)
+		return "", fmt.Errorf("%s changed during the start (another file is there now): %w", path, unix.ESTALE)
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", fd), nil
+}
+
+// applyOverlays makes the mount-level changes in the child's private mount
+// namespace (created by the parent with CLONE_NEWNS). Nothing propagates
+// back to the host: the whole tree is made private first.
+func applyOverlays(l layers, scratch string) error {
+	if len(l.Overlays) == 0 {
+		return nil
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	// The empty, unreadable file and directory that cover denied paths live
+	// on a tmpfs of this namespace alone: mounted over the scratch
+	// directory, used as bind sources, then detached, so no process on the
+	// host (or in another sandbox) can reach their inodes.
+	hiddenFile, hiddenDir := scratch+"/hidden", scratch+"/hidden.d"
+	for _, o := range l.Overlays {
+		if o.Kind != overlayHide {
+			continue
+		}
+		if err := unix.Mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,mode=700"); err != nil {
+			return fmt.Errorf("scratch tmpfs: %w", err)
+		}
+		defer unix.Unmount(scratch, unix.MNT_DETACH) //nolint:errcheck
+		if err := os.Mkdir(hiddenDir, 0); err != nil {
+			return fmt.Errorf("scratch: %w", err)
+		}
+		f, err := os.OpenFile(hiddenFile, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0)
+		if err != nil {
+			return fmt.Errorf("scratch: %w", err)
+		}
+		f.Close()
+		break
+	}
+	for _, o := range l.Overlays {
+		target, err := pinned(o.Path, o.ID)
+		if err != nil {
+			return err
+		}
+		src := target
+		if o.Kind == overlayHide {
+			src = hiddenFile
+			if o.Dir {
+				src = hiddenDir
+			}
+		}
+		if err := unix.Mount(src, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", o.Path, err)
+		}
+		if o.Kind == overlayReadWrite {
+			continue
+		}
+		// Keep the locked flags of the mount underneath (nosuid, nodev, ...).
+		var st unix.Statfs_t
+		_ = unix.Statfs(o.Path, &st)
+		keep := uintptr(st.Flags) & (unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_NOATIME | unix.MS_NODIRATIME | unix.MS_RELATIME)
+		if err := unix.Mount("", o.Path, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|keep, ""); err != nil {
+			return fmt.Errorf("make %s read-only: %w", o.Path, err)
+		}
+	}
+	return nil
+}
+
+// dropCapabilities empties the bounding, inheritable and ambient sets, so
+// that the command (even as uid 0) holds no capability after execve:
+// a sandboxed child cannot mount, load modules, or bypass file modes.
+func dropCapabilities() error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(NO_NEW_PRIVS): %w", err)
+	}
+	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	last := unix.CAP_LAST_CAP
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			last = n
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			if err == unix.EPERM && !hasCap(unix.CAP_SETPCAP) {
+				break // an unprivileged daemon: there is nothing to drop
+			}
+			return fmt.Errorf("drop capability %d: %w", c, err)
+		}
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	for i := range data {
+		data[i].Inheritable = 0
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// presets index go-landlock's configurations by ABI version.
+var presets = []landlock.Config{landlock.V1, landlock.V1, landlock.V2, landlock.V3, landlock.V4, landlock.V5,
+	landlock.V6, landlock.V7, landlock.V8, landlock.V9, landlock.V10, landlock.V11}
+
+// applyLandlock restricts this thread (and all it execs) to the grants,
+// handling every right the kernel's ABI knows, cutting TCP unless the
+// policy allows the network, and scoping signals and abstract sockets to
+// the sandbox's own domain.
+func applyLandlock(p *Policy, l layers) error {
+	abi, err := ll.LandlockGetABIVersion()
+	if err != nil {
+		return fmt.Errorf("landlock ABI: %w", err)
+	}
+	if abi < MinLandlockABI {
+		return fmt.Errorf("landlock ABI %d < %d", abi, MinLandlockABI)
+	}
+	if abi >= len(presets) {
+		abi = len(presets) - 1
+	}
+	cfg := presets[abi]
+	if !p.RestrictFS {
+		cfg.HandledAccessFS = 0
+	}
+	if p.Network {
+		cfg.HandledAccessNet = 0
+	}
+	var rules []landlock.Rule
+	if p.RestrictFS {
+		for _, g := range l.Grants {
+			p, err := pinned(g.Path, g.ID)
+			if err != nil {
+				return err
+			}
+			var r landlock.FSRule
+			switch {
+			case g.Write && g.Dir:
+				r = landlock.RWDirs(p).WithRefer()
+			case g.Write:
+				r = landlock.RWFiles(p)
+			case g.Dir:
+				r = landlock.RODirs(p)
+			default:
+				r = landlock.ROFiles(p)
+			}
+			if isDevPath(g.Path) {
+				r = r.WithIoctlDev()
+			}
+			rules = append(rules, r)
+		}
+	}
+	return cfg.Restrict(rules...)
+}
+
+func isDevPath(p string) bool {
+	for _, d := range DevPaths {
+		if p == d {
+			return true
+		}
+	}
+	return false
+}

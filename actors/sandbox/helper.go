@@ -1,0 +1,249 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	goruntime "runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The helper is this same executable started with argv[0] == helperArg0
+// and helperEnv set: a Go child cannot run code between fork and exec, so
+// the parent execs the helper, which reads its Plan, applies it to itself
+// and execs the command. The command keeps the helper's pid, process
+// group, session, controlling terminal and open descriptors 0-2, so it is
+// started exactly as without a helper, one exec later.
+//
+// Descriptors: 3 carries the Plan (JSON, read to EOF); 4 is the status
+// pipe, close-on-exec in the helper: EOF means the command was exec'd, a
+// JSON helperStatus means the helper failed and exits 127.
+const (
+	helperArg0 = "runtimed-sandbox-exec"
+	helperEnv  = "RUNTIMED_SANDBOX_EXEC=1"
+	planFD     = 3
+	statusFD   = 4
+	// HelperExitCode is the helper's exit code when it fails before exec.
+	HelperExitCode = 127
+)
+
+// Rlimit is one resource limit set before exec.
+type Rlimit struct {
+	Resource int    `json:"resource"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
+}
+
+// Plan is everything the helper does before exec.
+type Plan struct {
+	Path string   `json:"path"` // resolved executable
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	// JoinCgroups are cgroup.procs files (cgroup v1 controllers) the
+	// helper moves itself into first, before any descendant can exist.
+	JoinCgroups []string `json:"joinCgroups,omitempty"`
+	Rlimits     []Rlimit `json:"rlimits,omitempty"`
+	// Policy, if non-nil, is enforced with Landlock, seccomp and mounts.
+	Policy *Policy `json:"policy,omitempty"`
+}
+
+type wirePlan struct {
+	Plan
+	Layers  layers `json:"layers"`
+	Scratch string `json:"scratch"`
+}
+
+type helperStatus struct {
+	Stage string `json:"stage"`
+	Errno int    `json:"errno"`
+	Msg   string `json:"msg"`
+}
+
+// ExecError is a failure reported by the helper before the command ran.
+// Stage "exec" is the command's own execve (ENOENT, EACCES, ...); other
+// stages are the sandbox's.
+type ExecError struct {
+	Stage string
+	Errno syscall.Errno
+	Msg   string
+}
+
+func (e *ExecError) Error() string {
+	switch e.Stage {
+	case "exec":
+		return e.Errno.Error()
+	case "cwd":
+		return fmt.Sprintf("the sandbox does not allow reading the working directory: %v", e.Errno)
+	}
+	return fmt.Sprintf("sandbox %s: %s", e.Stage, e.Msg)
+}
+
+func (e *ExecError) Unwrap() error {
+	if e.Errno != 0 {
+		return e.Errno
+	}
+	return nil
+}
+
+func init() {
+	if len(os.Args) == 0 || os.Args[0] != helperArg0 || os.Getenv("RUNTIMED_SANDBOX_EXEC") != "1" {
+		return
+	}
+	goruntime.LockOSThread()
+	st := helperMain()
+	b, _ := json.Marshal(st)
+	_, _ = unix.Write(statusFD, b)
+	os.Exit(HelperExitCode)
+}
+
+// helperMain applies the plan and execs; it returns only on failure.
+func helperMain() helperStatus {
+	fail := func(stage string, err error) helperStatus {
+		var errno syscall.Errno
+		errors.As(err, &errno)
+		return helperStatus{Stage: stage, Errno: int(errno), Msg: err.Error()}
+	}
+	syscall.CloseOnExec(statusFD)
+	f := os.NewFile(planFD, "plan")
+	raw, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return fail("plan", err)
+	}
+	var p wirePlan
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return fail("plan", err)
+	}
+	for _, procs := range p.JoinCgroups {
+		if err := os.WriteFile(procs, []byte("0"), 0); err != nil {
+			return fail("cgroup", err)
+		}
+	}
+	for _, r := range p.Rlimits {
+		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
+		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
+			return fail("rlimit", fmt.Errorf("setrlimit(%d): %w", r.Resource, err))
+		}
+	}
+	if p.Policy != nil {
+		if err := applyOverlays(p.Layers, p.Scratch); err != nil {
+			return fail("mounts", err)
+		}
+		if err := dropCapabilities(); err != nil {
+			return fail("capabilities", err)
+		}
+		if err := applyLandlock(p.Policy, p.Layers); err != nil {
+			return fail("landlock", err)
+		}
+		if !p.Policy.Network {
+			if err := installNetworkFilter(); err != nil {
+				return fail("seccomp", err)
+			}
+		}
+		// A working directory the policy does not let the command read is
+		// a failed start, not a command that fails mysteriously later.
+		if fd, err := unix.Open(".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return fail("cwd", err)
+		} else {
+			unix.Close(fd)
+		}
+	}
+	err = unix.Exec(p.Path, p.Argv, p.Env)
+	return fail("exec", err)
+}
+
+// Launch is a command started through the helper. Use: NewLaunch, start
+// the process with Exe/Argv/Env and Files appended after stdio, then
+// Started (or Abort if the start failed).
+type Launch struct {
+	Exe  string
+	Argv []string
+	Env  []string
+	// Files are the helper's descriptors 3 and 4.
+	Files [2]*os.File
+	// NewMountNS asks the caller to clone the child into a private mount
+	// namespace (CLONE_NEWNS).
+	NewMountNS bool
+
+	plan    []byte
+	planW   *os.File
+	statusR *os.File
+}
+
+// NewLaunch checks plan against the host and prepares the pipes.
+func NewLaunch(h *Host, plan Plan) (*Launch, error) {
+	wp := wirePlan{Plan: plan}
+	if plan.Policy != nil {
+		if h == nil {
+			return nil, &UnavailableError{What: "a sandbox", Missing: "a probed host", Check: "internal: no sandbox.Host configured"}
+		}
+		if err := h.Check(plan.Policy); err != nil {
+			return nil, err
+		}
+		l, err := plan.Policy.plan()
+		if err != nil {
+			return nil, err
+		}
+		wp.Layers, wp.Scratch = l, h.Scratch
+	}
+	raw, err := json.Marshal(wp)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: encode plan: %w", err)
+	}
+	exe := "/proc/self/exe"
+	if h != nil && h.Exe != "" {
+		exe = h.Exe
+	}
+	l := &Launch{Exe: exe, Argv: []string{helperArg0}, Env: []string{helperEnv}, plan: raw}
+	l.NewMountNS = len(wp.Layers.Overlays) > 0
+	planR, planW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: plan pipe: %w", err)
+	}
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		planR.Close()
+		planW.Close()
+		return nil, fmt.Errorf("sandbox: status pipe: %w", err)
+	}
+	l.Files = [2]*os.File{planR, statusW}
+	l.planW, l.statusR = planW, statusR
+	return l, nil
+}
+
+// Started hands the plan to the running helper and waits until it has
+// exec'd the command (nil) or failed (*ExecError; the helper then exits
+// with HelperExitCode and the caller must reap it).
+func (l *Launch) Started() error {
+	l.Files[0].Close()
+	l.Files[1].Close()
+	_, werr := l.planW.Write(l.plan)
+	l.planW.Close()
+	out, rerr := io.ReadAll(l.statusR)
+	l.statusR.Close()
+	if len(out) > 0 {
+		var st helperStatus
+		if err := json.Unmarshal(out, &st); err != nil {
+			return &ExecError{Stage: "helper", Msg: fmt.Sprintf("unreadable status %q", out)}
+		}
+		return &ExecError{Stage: st.Stage, Errno: syscall.Errno(st.Errno), Msg: st.Msg}
+	}
+	if rerr != nil {
+		return &ExecError{Stage: "helper", Msg: rerr.Error()}
+	}
+	if werr != nil {
+		return &ExecError{Stage: "plan", Msg: werr.Error()}
+	}
+	return nil
+}
+
+// Abort releases the pipes after a failed start.
+func (l *Launch) Abort() {
+	for _, f := range []*os.File{l.Files[0], l.Files[1], l.planW, l.statusR} {
+		f.Close()
+	}
+}

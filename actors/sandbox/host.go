@@ -1,0 +1,166 @@
+package sandbox
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// MinLandlockABI is the lowest Landlock ABI this package enforces with:
+// ABI 6 adds signal and abstract-socket scoping, without which a
+// sandboxed child could signal the daemon (ABI 3 would already cover
+// truncation, ABI 4 TCP).
+const MinLandlockABI = 6
+
+// Host is what this machine can enforce, probed once at start-up.
+type Host struct {
+	// LandlockABI is the kernel's Landlock ABI version (0: none).
+	LandlockABI int
+	// Seccomp reports whether seccomp filters can be installed.
+	Seccomp bool
+	// MountNS reports whether a child can get a private mount namespace
+	// (the daemon has CAP_SYS_ADMIN), needed for read-only subpaths under
+	// writable roots and for deny entries under readable ones.
+	MountNS bool
+	// Exe is the executable that runs the helper (this program).
+	Exe string
+	// Scratch is an empty directory over which a sandbox's private mount
+	// namespace mounts the tmpfs holding the empty, unreadable file and
+	// directory that hide denied paths (nothing is ever written in it on
+	// the host).
+	Scratch string
+}
+
+// UnavailableError is a policy this host cannot enforce. The message names
+// what is missing and how to check it.
+type UnavailableError struct {
+	What    string // the part of the policy ("file system restrictions")
+	Missing string // what the host lacks
+	Check   string // how an operator checks it
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("sandbox cannot be enforced on this host: %s needs %s (%s)", e.What, e.Missing, e.Check)
+}
+
+// ErrUnavailable is wrapped by every *UnavailableError.
+var ErrUnavailable = errors.New("sandbox: unavailable on this host")
+
+func (e *UnavailableError) Unwrap() error { return ErrUnavailable }
+
+// Probe reads what this host can enforce. scratch is where the hiding
+// entries are created (a fresh private directory is made inside it).
+func Probe(scratch string) (*Host, error) {
+	h := &Host{}
+	if v, err := ll.LandlockGetABIVersion(); err == nil {
+		h.LandlockABI = v
+	}
+	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err == nil {
+		h.Seccomp = seccompFilterAvailable()
+	}
+	h.MountNS = hasCap(unix.CAP_SYS_ADMIN)
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: find own executable: %w", err)
+	}
+	h.Exe = exe
+	dir, err := os.MkdirTemp(scratch, "runtimed-sandbox-")
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: scratch directory: %w", err)
+	}
+	h.Scratch = dir
+	return h, nil
+}
+
+// Close removes the scratch directory.
+func (h *Host) Close() error {
+	if h == nil || h.Scratch == "" {
+		return nil
+	}
+	return os.RemoveAll(h.Scratch)
+}
+
+// Check tells whether p can be enforced here, or names what is missing.
+func (h *Host) Check(p *Policy) error {
+	if p == nil {
+		return nil
+	}
+	if h == nil {
+		return &UnavailableError{What: "a sandbox", Missing: "a probed sandbox host", Check: "the embedding program configured no sandbox.Host"}
+	}
+	if h.LandlockABI < MinLandlockABI {
+		return &UnavailableError{What: "confinement of a sandboxed process (file system, signals, ptrace)",
+			Missing: fmt.Sprintf("Landlock ABI %d or newer, this kernel has ABI %d", MinLandlockABI, h.LandlockABI),
+			Check:   "Linux 6.12+ with landlock in the lsm= boot list; see `cat /sys/kernel/security/lsm`"}
+	}
+	if !p.Network && !h.Seccomp {
+		return &UnavailableError{What: "network restriction", Missing: "seccomp filters",
+			Check: "a kernel built with CONFIG_SECCOMP_FILTER; `grep Seccomp /proc/self/status`"}
+	}
+	needs, err := p.NeedsMounts()
+	if err != nil {
+		return err
+	}
+	if needs && !h.MountNS {
+		return &UnavailableError{What: "read-only or denied paths inside readable or writable roots",
+			Missing: "a private mount namespace (CAP_SYS_ADMIN in the daemon)",
+			Check:   "run runtimed as root or with CAP_SYS_ADMIN, or drop the narrower entries"}
+	}
+	return nil
+}
+
+// Summary says what this host enforces, for the start-up log.
+func (h *Host) Summary() string {
+	var b strings.Builder
+	if h.LandlockABI >= MinLandlockABI {
+		fmt.Fprintf(&b, "file system and signal/ptrace confinement by Landlock ABI %d", h.LandlockABI)
+	} else {
+		fmt.Fprintf(&b, "NO confinement (Landlock ABI %d < %d): sandboxed starts are refused", h.LandlockABI, MinLandlockABI)
+	}
+	if h.Seccomp {
+		b.WriteString("; network cut by seccomp (socket families other than AF_UNIX)")
+	} else {
+		b.WriteString("; NO network restriction (no seccomp): starts that restrict the network are refused")
+	}
+	if h.MountNS {
+		b.WriteString("; read-only and denied subpaths by a private mount namespace")
+	} else {
+		b.WriteString("; read-only/denied subpaths under broader roots refused (no CAP_SYS_ADMIN)")
+	}
+	return b.String()
+}
+
+// Enforces reports whether a sandbox of any kind can be enforced here.
+func (h *Host) Enforces() bool { return h != nil && h.LandlockABI >= MinLandlockABI && h.Seccomp }
+
+// hasCap reads the effective capability set of this process.
+func hasCap(c int) bool {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && n&(1<<uint(c)) != 0
+		}
+	}
+	return false
+}
+
+// seccompFilterAvailable asks the kernel whether SECCOMP_MODE_FILTER is
+// built in: SECCOMP_GET_ACTION_AVAIL answers for a filter action.
+func seccompFilterAvailable() bool {
+	action := uint32(unix.SECCOMP_RET_ERRNO)
+	_, _, errno := syscall.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_GET_ACTION_AVAIL, 0, uintptrOf(&action))
+	return errno == 0
+}

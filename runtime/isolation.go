@@ -1,0 +1,71 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/sandbox"
+)
+
+// Containment modes of Config.Containment.
+const (
+	// ContainAuto tracks each process tree with a cgroup where this host
+	// lets the daemon create one, else by process group.
+	ContainAuto = ""
+	// ContainProcessGroup uses process groups only (no cgroups, no limits
+	// that need one).
+	ContainProcessGroup = "pgroup"
+)
+
+// isolation is the sandbox host and cgroup manager of one Server or Local,
+// probed once at construction; release frees them after the supervisor
+// has stopped.
+type isolation struct {
+	actors.Isolation
+	once sync.Once
+}
+
+func newIsolation(cfg Config) *isolation {
+	iso := &isolation{}
+	h, err := sandbox.Probe(os.TempDir())
+	if err != nil {
+		cfg.Logger.Warn("sandbox unavailable: sandboxed starts will be refused", zap.Error(err))
+	} else {
+		iso.Host = h
+		cfg.Logger.Info("sandbox", zap.String("enforces", h.Summary()))
+	}
+	want := contain.ModeCgroup2
+	if cfg.Containment == ContainProcessGroup {
+		want = contain.ModePgroup
+	}
+	iso.Contain = contain.NewManager(want)
+	cfg.Logger.Info("containment", zap.String("mode", iso.Contain.Mode()), zap.String("detail", iso.Contain.Summary()))
+	return iso
+}
+
+func (i *isolation) release() {
+	i.once.Do(func() {
+		_ = i.Contain.Close()
+		_ = i.Host.Close()
+	})
+}
+
+// validateSandboxConfig checks the sandbox fields of a Config.
+func validateSandboxConfig(c Config) error {
+	switch c.DefaultSandbox {
+	case actors.FloorNone, actors.FloorReadOnly, actors.FloorWorkspaceWrite:
+	default:
+		return fmt.Errorf("runtime: DefaultSandbox %q: want %q, %q or empty", c.DefaultSandbox, actors.FloorReadOnly, actors.FloorWorkspaceWrite)
+	}
+	switch c.Containment {
+	case ContainAuto, ContainProcessGroup:
+	default:
+		return fmt.Errorf("runtime: Containment %q: want %q or empty", c.Containment, ContainProcessGroup)
+	}
+	return nil
+}
