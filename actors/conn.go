@@ -198,6 +198,9 @@ func (c *conn) readLoop() {
 			}
 			return
 		}
+		if c.ctx.Err() != nil {
+			return // a request read after the latch is abandoned, as in flight on a drop
+		}
 		msg, perr := wire.Decode(data)
 		if perr != nil {
 			c.reply(wire.MalformedID, nil, perr)
@@ -248,6 +251,9 @@ func (c *conn) reply(id wire.ID, result any, rerr *wire.Error) {
 		}
 	}
 	if c.ctx.Err() != nil {
+		if rerr != nil && rerr.Code == wire.CodeInternal && rerr.Message == context.Cause(c.ctx).Error() {
+			return // "the connection ended" is not an answer: the client sees the end itself
+		}
 		// The writer is flushing for the last time: queue if there is room.
 		select {
 		case c.responses <- b:

@@ -64,11 +64,10 @@
 // closed and its subscriber was handed exited and closed, or was dropped
 // (its connection ended: the latched cause is the reason; or Kill, logged).
 // The closed retention runs from that moment; zero or negative means the
-// actor ends right after delivery. Lag-mode listeners are offered output
-// only while their queue keeps room for exited and closed, so a listener
-// that keeps up always gets them; one that lagged is closed and
-// resubscribes from its seq (failing with ErrStopped if the process has
-// been forgotten meanwhile). Stop therefore waits for attached subscribers
+// actor ends right after delivery. Lag-mode listeners are not waited for:
+// one that lagged is closed and resubscribes from its seq, which fails
+// with ErrStopped if the process has been forgotten meanwhile (reported to
+// the stream's reader as a failure, never silent). Stop therefore waits for attached subscribers
 // to take the ending (a server's Shutdown gives them until its deadline,
 // then Kills); Kill drops them.
 //
@@ -124,9 +123,8 @@
 //     transport (TCP/pipe backpressure). When the connection ends, the
 //     writer's last flush writes what is queued for at most 250 ms; a peer
 //     that does not read gets nothing more.
-//   - Lag-mode listeners (Subscribe): the actor never blocks on them;
-//     output is offered only while exited and closed still fit behind it,
-//     otherwise the listener is closed (lagged) and resubscribes.
+//   - Lag-mode listeners (Subscribe): the actor never blocks on them; a
+//     full one is closed (lagged) and resubscribes.
 //   - Responses: bounded queue (256); a full queue blocks the producer.
 //     Long polls and writes are answered by waiter goroutines, at most 4096
 //     in flight per connection; beyond that the reader stops reading.

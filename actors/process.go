@@ -452,7 +452,7 @@ type Subscription struct {
 // queue of the given capacity, in one actor step: no gap, no duplicate.
 func (r *ProcessRef) Subscribe(ctx context.Context, after uint64, capacity int) (Subscription, error) {
 	return ask(ctx, r.mbox, r.done, func(c chan<- Subscription) procMsg {
-		return subscribeMsg{after: after, capacity: max(capacity, listenerEndingRoom+1), reply: c}
+		return subscribeMsg{after: after, capacity: max(capacity, 1), reply: c}
 	})
 }
 
@@ -963,37 +963,18 @@ func (p *process) maybeClose() {
 	p.wakePolls()
 }
 
-// listenerEndingRoom is the room a lag-mode listener's queue keeps for the
-// ending: exited and closed always fit behind the output it was given.
-const listenerEndingRoom = 2
-
-// publish offers ev to every lag-mode listener without blocking. Output is
-// offered only while the queue keeps room for the ending events still to
-// come, so a listener that keeps up is always handed exited and closed; a
-// listener without that room is closed and dropped (it lagged, and
-// resubscribes from its seq).
+// publish offers ev to every lag-mode listener without blocking; a full
+// listener is closed and dropped (it lagged, and resubscribes from its seq).
 func (p *process) publish(ev Event) {
 	if len(p.listeners) == 0 {
 		return
 	}
-	need := 1 // closed
-	switch ev.Kind {
-	case EventOutput:
-		need = 2
-		if !p.exited {
-			need = 1 + listenerEndingRoom
-		}
-	case EventExited:
-		need = listenerEndingRoom
-	}
 	kept := p.listeners[:0]
 	for _, l := range p.listeners {
-		// Only this goroutine sends on l, so the free room can only grow
-		// between this check and the send: the send never blocks.
-		if cap(l)-len(l) >= need {
-			l <- ev
+		select {
+		case l <- ev:
 			kept = append(kept, l)
-		} else {
+		default:
 			close(l)
 		}
 	}

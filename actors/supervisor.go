@@ -123,7 +123,7 @@ func (s *Supervisor) SpawnListening(id string, spec Spec, capacity int) (*Proces
 	if err != nil {
 		return nil, nil, err
 	}
-	live := make(chan Event, max(capacity, listenerEndingRoom+1))
+	live := make(chan Event, max(capacity, 1))
 	ref := s.spawn(id, spec.Argv, spec.TTY, sess, nil, spec.Timeout, spec.Metadata, live)
 	if ref == nil {
 		discardSession(sess)

@@ -74,8 +74,7 @@
 // other process, connection and caller is unaffected.
 //
 // Endings: Wait always returns (the exit status, a *ProcessError, or the
-// latched disconnect). A subscriber that keeps up always gets exited and
-// closed: queues keep room for them. A subscriber made right after Start
+// latched disconnect). A subscriber made right after Start
 // sees every event from seq 1 even if the process was already forgotten
 // (Local registers its first subscriber's queue at spawn; a Client keeps
 // its own history, below).
