@@ -47,7 +47,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
 	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible) or pgroup")
 	var origins, fsRoots stringList
-	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods to this directory (repeatable; default: the whole filesystem)")
+	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
 	fs.Var(&origins, "allowed-origin", "an Origin header value allowed to connect (repeatable; by default any request with an Origin is refused)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
