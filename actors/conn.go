@@ -428,6 +428,10 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
 		return
 	}
+	if werr := c.sup.cfg.FsRoots.Allow(p.Cwd); werr != nil { // --fs-root: the cwd too
+		c.reply(msg.ID, nil, werr)
+		return
+	}
 	if _, exists := c.session.Lookup(p.ProcessID); exists {
 		c.reply(msg.ID, nil, wire.ErrProcessExists(p.ProcessID))
 		return

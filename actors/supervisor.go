@@ -23,7 +23,8 @@ type Config struct {
 	// MaxProcesses bounds the active (not yet closed) processes of one
 	// session, and the app-server processes of one connection.
 	MaxProcesses int
-	// FsRoots confines the fs/* methods (zero value: the whole filesystem).
+	// FsRoots confines the fs/* methods and process/start's cwd (zero
+	// value: the whole filesystem).
 	FsRoots fsops.Roots
 	// Isolation is the sandbox host and cgroup manager children are
 	// spawned with (zero value: sandboxes and limits are refused, trees

@@ -47,12 +47,12 @@ type replaceMeta struct {
 // umask; with a mode the file gets exactly those bits. A symbolic link at
 // dst is replaced, not followed (only a race puts one there: dst was
 // resolved).
-func prepareReplace(dst string, mode *fs.FileMode) (replaceMeta, error) {
+func (r Roots) prepareReplace(dst string, mode *fs.FileMode) (replaceMeta, error) {
 	m := replaceMeta{uid: -1, gid: -1}
 	if mode != nil {
 		m.mode, m.hasMode = *mode&modeBits, true
 	}
-	switch fi, err := os.Lstat(dst); {
+	switch fi, err := r.lstat(dst); {
 	case err == nil && fi.IsDir():
 		return m, &fs.PathError{Op: "open", Path: dst, Err: syscall.EISDIR}
 	case err == nil && fi.Mode()&fs.ModeSymlink != 0:
@@ -71,18 +71,17 @@ func prepareReplace(dst string, mode *fs.FileMode) (replaceMeta, error) {
 	return m, nil
 }
 
-// finishReplace gives the temporary file tmp the metadata m, optionally
-// fsyncs it, closes it and renames it over dst (then fsyncs the
-// directory). On failure tmp is closed and removed.
-func finishReplace(tmp *os.File, dst string, m replaceMeta, sync bool) (err error) {
-	name := tmp.Name()
+// finishReplace gives the temporary file tmp (at the physical path name)
+// the metadata m, optionally fsyncs it, closes it and renames it over dst
+// (then fsyncs the directory). On failure tmp is closed and removed.
+func (r Roots) finishReplace(tmp *os.File, name, dst string, m replaceMeta, sync bool) (err error) {
 	closed := false
 	defer func() {
 		if err != nil {
 			if !closed {
 				tmp.Close()
 			}
-			os.Remove(name)
+			r.remove(name)
 		}
 	}()
 	if m.hasMode {
@@ -105,54 +104,52 @@ func finishReplace(tmp *os.File, dst string, m replaceMeta, sync bool) (err erro
 	if err = tmp.Close(); err != nil {
 		return retarget(err, "close", dst)
 	}
-	if err = os.Rename(name, dst); err != nil {
+	if err = r.rename(name, dst); err != nil {
 		return retarget(err, "rename", dst)
 	}
 	if sync {
-		if d, derr := os.Open(filepath.Dir(dst)); derr == nil {
-			_ = d.Sync() // the rename is durable once the directory is
-			d.Close()
-		}
+		r.syncDir(filepath.Dir(dst)) // the rename is durable once the directory is
 	}
 	return nil
 }
 
 // replaceFile atomically replaces (or creates) the regular file dst with
 // the contents of r (see prepareReplace for mode and owner).
-func replaceFile(dst string, r io.Reader, mode *fs.FileMode, sync bool) error {
-	m, err := prepareReplace(dst, mode)
+func (r Roots) replaceFile(dst string, src io.Reader, mode *fs.FileMode, sync bool) error {
+	m, err := r.prepareReplace(dst, mode)
 	if err != nil {
 		return err
 	}
-	tmp, err := createTemp(dst)
+	tmp, name, err := r.createTemp(dst)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(tmp, r); err != nil {
+	if _, err := io.Copy(tmp, src); err != nil {
 		tmp.Close()
-		os.Remove(tmp.Name())
+		r.remove(name)
 		return retarget(err, "write", dst)
 	}
-	return finishReplace(tmp, dst, m, sync)
+	return r.finishReplace(tmp, name, dst, m, sync)
 }
 
 // createTemp creates a new file next to dst, named after it, with mode
-// 0666 less the umask (os.CreateTemp would make it 0600). Errors name dst.
-func createTemp(dst string) (*os.File, error) {
+// 0666 less the umask (os.CreateTemp would make it 0600), and returns it
+// with its physical path. Errors name dst.
+func (r Roots) createTemp(dst string) (*os.File, string, error) {
 	dir, base := filepath.Split(dst)
 	if len(base) > 64 {
 		base = base[:64] // stay well under NAME_MAX
 	}
 	for i := 0; ; i++ {
 		name := filepath.Join(dir, "."+base+".runtimed-"+strconv.FormatUint(rand.Uint64(), 36)+".tmp")
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_CLOEXEC, 0o666)
+		f, err := r.openFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_CLOEXEC, 0o666)
 		if errors.Is(err, fs.ErrExist) && i < 100 {
 			continue
 		}
 		if err != nil {
-			return nil, retarget(err, "open", dst)
+			return nil, "", retarget(err, "open", dst)
 		}
-		return f, nil
+		return f, name, nil
 	}
 }
 
@@ -160,7 +157,10 @@ func createTemp(dst string) (*os.File, error) {
 func retarget(err error, op, dst string) error {
 	var pe *fs.PathError
 	var le *os.LinkError
+	var oe *outsideError
 	switch {
+	case errors.As(err, &oe):
+		return &outsideError{path: dst}
 	case errors.As(err, &pe):
 		return &fs.PathError{Op: op, Path: dst, Err: pe.Err}
 	case errors.As(err, &le):
