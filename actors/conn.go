@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,6 +78,9 @@ type ConnOptions struct {
 	// TTL (websocket). Otherwise its end terminates the processes (stdio).
 	Resumable bool
 	Logger    *zap.Logger
+	// MaxMessageBytes is the transport's inbound limit, quoted in the
+	// answer to a message over it (0: wire.DefaultMaxMessageBytes).
+	MaxMessageBytes int
 }
 
 type handshake uint8
@@ -117,6 +121,7 @@ type conn struct {
 	session *SessionTable
 	apps    map[string]*appProc // app-server dialect handles of this connection
 	fsq     chan wire.Message   // to the fs worker, started on the first fs request
+	cur     curRequest          // the request being handled (metrics, logs)
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -173,7 +178,7 @@ func (c *conn) readLoop() {
 		data, err := c.t.ReadMessage(c.ctx)
 		if err != nil {
 			if errors.Is(err, wire.ErrMessageTooBig) {
-				c.reply(wire.MalformedID, nil, wire.Errorf(wire.CodeInvalidRequest, "message exceeds the %d-byte limit", wire.DefaultMaxMessageBytes))
+				c.reply(wire.MalformedID, nil, wire.ErrMessageTooLarge(cmp.Or(c.opts.MaxMessageBytes, wire.DefaultMaxMessageBytes)))
 				if _, ok := c.t.(*wire.StdioTransport); ok {
 					continue // stdio skipped the line and is still usable
 				}
@@ -201,7 +206,7 @@ func (c *conn) readLoop() {
 				return
 			}
 		case wire.KindRequest:
-			c.request(msg)
+			c.timedRequest(msg)
 		}
 		if c.ctx.Err() != nil {
 			return
@@ -226,6 +231,9 @@ func (c *conn) notification(msg wire.Message) bool {
 
 // reply encodes a response and queues it for the writer.
 func (c *conn) reply(id wire.ID, result any, rerr *wire.Error) {
+	if rerr != nil {
+		c.sup.metrics.RequestError(rerr)
+	}
 	var b []byte
 	if rerr != nil {
 		b = wire.AppendError(nil, id, rerr)
@@ -453,6 +461,7 @@ func absPath(p string) (string, error) {
 // deferred runs wait on a tracked goroutine so the reader can go on; it
 // holds an inflight slot until the reply is queued.
 func (c *conn) deferred(wait func()) {
+	observe := c.deferObservation()
 	select {
 	case c.inflight <- struct{}{}:
 	case <-c.ctx.Done():
@@ -461,6 +470,7 @@ func (c *conn) deferred(wait func()) {
 	c.wg.Go(func() {
 		defer func() { <-c.inflight }()
 		wait()
+		observe()
 	})
 }
 
@@ -788,6 +798,7 @@ func sortInfos(infos []wire.ProcessInfo) {
 // read of one file) and owns the connection's fs/open handles, so a large
 // copy or read never holds up the reader, process requests or long polls.
 func (c *conn) fs(msg wire.Message) {
+	c.cur.deferred = true // the fs worker observes it
 	if c.fsq == nil {
 		c.fsq = make(chan wire.Message, connFsQueueCap)
 		c.wg.Go(c.fsWorker)
@@ -805,8 +816,10 @@ func (c *conn) fsWorker() {
 	for {
 		select {
 		case msg := <-c.fsq:
+			start := time.Now()
 			res, ferr := fsops.Handle(msg.Method, msg.Params, c.sup.cfg.FsRoots, &files)
 			c.reply(msg.ID, res, ferr)
+			c.observeRequest(msg.Method, msg.ID, start)
 		case <-c.ctx.Done():
 			return
 		}

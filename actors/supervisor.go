@@ -31,6 +31,8 @@ type Config struct {
 	DefaultSandbox string
 	RequireSandbox bool
 	Logger         *zap.Logger
+	// Metrics receives measurements (nil: none are taken).
+	Metrics Metrics
 }
 
 // Supervisor owns the registry actor and tracks every goroutine the actors
@@ -38,8 +40,9 @@ type Config struct {
 //
 // All methods may be called concurrently.
 type Supervisor struct {
-	cfg Config
-	log *zap.Logger
+	cfg     Config
+	log     *zap.Logger
+	metrics Metrics // never nil
 
 	stopOnce, killOnce sync.Once
 	stopCh, killCh     chan struct{} // closed once by Stop/Kill (their only owner)
@@ -53,11 +56,14 @@ func NewSupervisor(cfg Config) *Supervisor {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	cfg.Metrics = metricsOrNop(cfg.Metrics)
+	cfg.Proc.metrics = cfg.Metrics
 	s := &Supervisor{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		stopCh: make(chan struct{}),
-		killCh: make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		metrics: cfg.Metrics,
+		stopCh:  make(chan struct{}),
+		killCh:  make(chan struct{}),
 	}
 	s.registry = newRegistry(s)
 	s.wg.Go(s.registry.run)
@@ -70,16 +76,20 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 	if s.stopped() {
 		return nil, ErrStopped
 	}
+	t0 := time.Now()
 	sess, err := startOS(spec, s.cfg.Isolation)
 	if err != nil {
+		s.metrics.SpawnFailed()
 		return nil, err
 	}
+	s.metrics.ProcessStarted(time.Since(t0))
 	return s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout), nil
 }
 
 // SpawnSession starts a process actor around an already started session
 // (tests pass a fake one).
 func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Session, sub *Subscriber) *ProcessRef {
+	s.metrics.ProcessStarted(0)
 	return s.spawn(id, argv, tty, sess, sub, 0)
 }
 

@@ -74,6 +74,9 @@ type Config struct {
 	// Containment is ContainAuto (a cgroup per process tree where this host
 	// allows it) or ContainProcessGroup.
 	Containment string
+	// Metrics collects Prometheus metrics in a registry of this server's
+	// own, served by ObservabilityHandler (see docs/operations.md).
+	Metrics bool
 }
 
 // Validate reports configuration errors that NewServer would otherwise
@@ -126,10 +129,11 @@ var ErrServerClosed = errors.New("runtime: server closed")
 // and transports, over one shared supervisor. Its methods may be called
 // concurrently.
 type Server struct {
-	cfg Config
-	log *zap.Logger
-	sup *actors.Supervisor
-	iso *isolation // the sandbox host and cgroup manager, released after the supervisor stops
+	cfg     Config
+	log     *zap.Logger
+	sup     *actors.Supervisor
+	iso     *isolation     // the sandbox host and cgroup manager, released after the supervisor stops
+	metrics *serverMetrics // nil when Config.Metrics is off
 
 	initErr error // a configuration error: Serve and ServeTransport return it
 
@@ -157,7 +161,13 @@ func NewServer(cfg Config) *Server {
 		roots, _ = fsops.NewRoots([]string{os.TempDir()})
 	}
 	scfg.FsRoots = roots
+	var metrics *serverMetrics
+	if cfg.Metrics {
+		metrics = newServerMetrics()
+		scfg.Metrics = metrics
+	}
 	return &Server{
+		metrics:   metrics,
 		cfg:       cfg,
 		log:       cfg.Logger,
 		initErr:   err,
@@ -172,8 +182,8 @@ func NewServer(cfg Config) *Server {
 // Config returns the effective configuration (defaults applied).
 func (s *Server) Config() Config { return s.cfg }
 
-// Handler returns the HTTP handler: GET /readyz, and websocket upgrades on
-// any other path, after the Origin and bearer-token checks.
+// Handler returns the HTTP handler: GET /healthz and /readyz, and websocket
+// upgrades on any other path, after the Origin and bearer-token checks.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -181,13 +191,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "requests with an Origin header are refused", http.StatusForbidden)
 		return
 	}
-	if r.URL.Path == "/readyz" && r.Method == http.MethodGet {
-		if s.isClosing() {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte("ok\n"))
+	if s.serveHealth(w, r) {
 		return
 	}
 	if s.cfg.AuthToken != "" && !s.authorized(r) {
@@ -271,7 +275,8 @@ func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
 	s.conns.Add(1)
 	s.mu.Unlock()
 	defer s.conns.Done()
-	return s.sup.ServeConn(s.ctx, t, actors.ConnOptions{Resumable: resumable, Logger: s.log.Named("conn")})
+	defer s.metrics.connOpened(t)()
+	return s.sup.ServeConn(s.ctx, t, actors.ConnOptions{Resumable: resumable, Logger: s.log.Named("conn"), MaxMessageBytes: s.cfg.MaxMessageBytes})
 }
 
 // Shutdown stops accepting, ends every connection, terminates every process

@@ -23,6 +23,10 @@ const (
 type Error struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
+	// Limit names the configured limit that refused the request (for
+	// metrics: "processes", "message_bytes", "fs_handles", ...); empty for
+	// other errors. It is not sent.
+	Limit string `json:"-"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("wire: rpc error %d: %s", e.Code, e.Message) }
@@ -95,6 +99,14 @@ func ErrMissingField(field string) *Error {
 
 func ErrNotPTY() *Error {
 	return Errorf(CodeInvalidRequest, "process is not attached to a PTY")
+}
+
+// ErrMessageTooLarge answers (with id -1) an inbound message over the
+// transport's limit of n bytes.
+func ErrMessageTooLarge(n int) *Error {
+	e := Errorf(CodeInvalidRequest, "message exceeds the %d-byte limit", n)
+	e.Limit = "message_bytes"
+	return e
 }
 
 // ErrMalformed is the error for a message that is not valid JSON or not a

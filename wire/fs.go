@@ -155,7 +155,9 @@ func ErrReadBlockLen() *Error {
 }
 
 func ErrTooManyHandles() *Error {
-	return Errorf(CodeInvalidRequest, "at most %d file reads may be open per connection", FsMaxHandles)
+	e := Errorf(CodeInvalidRequest, "at most %d file reads may be open per connection", FsMaxHandles)
+	e.Limit = "fs_handles"
+	return e
 }
 
 func ErrUnknownHandle(handle string) *Error {
@@ -179,14 +181,18 @@ func ErrReadOffset(offset uint64) *Error {
 }
 
 func ErrFileTooLarge(path string, limit int64) *Error {
-	return Errorf(CodeInvalidRequest,
+	e := Errorf(CodeInvalidRequest,
 		"file %s is larger than the fs/readFile limit of %d bytes; read it in blocks with fs/open and fs/readBlock",
 		path, limit)
+	e.Limit = "fs_read_file_bytes"
+	return e
 }
 
 func ErrTooManyEntries(path string, limit int) *Error {
-	return Errorf(CodeInvalidRequest,
+	e := Errorf(CodeInvalidRequest,
 		"directory %s has more than %d entries, the most fs/readDirectory returns", path, limit)
+	e.Limit = "fs_directory_entries"
+	return e
 }
 
 func ErrNotRegularFile(path string) *Error {
