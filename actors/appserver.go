@@ -147,9 +147,18 @@ func (c *conn) spawnApp(msg wire.Message) {
 	c.reply(msg.ID, struct{}{}, nil)
 }
 
-// runApp is the adapter goroutine of one app-server process.
+// runApp is the adapter goroutine of one app-server process. It releases
+// the handle (closes a.done) before it queues the dialect's process/exited,
+// so a client that re-spawns the same handle as soon as it sees the exit
+// finds it free.
 func (c *conn) runApp(a *appProc) {
-	defer close(a.done)
+	defer c.recoverPanic("app-server adapter", nil)
+	released := false
+	defer func() {
+		if !released {
+			close(a.done)
+		}
+	}()
 	for {
 		select {
 		case ev := <-a.events:
@@ -159,6 +168,8 @@ func (c *conn) runApp(a *appProc) {
 			case EventExited:
 				a.exitCode = ev.ExitCode
 			case EventClosed:
+				released = true
+				close(a.done)
 				note := wire.AppExitedNotification{
 					ProcessHandle:    a.handle,
 					ExitCode:         a.exitCode,
@@ -240,7 +251,7 @@ func (c *conn) writeStdinApp(msg wire.Message) {
 		}
 	}
 	closeStdin := p.CloseStdin
-	c.deferred(func() {
+	c.deferred(msg.ID, func() {
 		if ch != nil {
 			select {
 			case r := <-ch:

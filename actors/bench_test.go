@@ -2,11 +2,15 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
 // BenchmarkRingAppend measures appending 4 KiB chunks to a full ring
@@ -59,24 +63,55 @@ func BenchmarkActorRoundTrip(b *testing.B) {
 }
 
 // BenchmarkSpawnToClosed measures spawning /bin/true through to its closed
-// event in-process: the part of figure (a) that is not the protocol.
+// event in-process: the part of figure (a) that is not the protocol, with
+// process-group containment, a cgroup per process, and through the sandbox
+// helper (read-only and workspace-write policies).
 func BenchmarkSpawnToClosed(b *testing.B) {
-	sup := NewSupervisor(Config{
-		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
-		DetachTTL: time.Second,
-		Logger:    zap.NewNop(),
-	})
-	defer func() { sup.Kill(); _ = sup.Wait(context.Background()) }()
-	env := BuildEnv(ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
-	i := 0
-	for b.Loop() {
-		i++
-		ref, err := sup.Spawn("p"+string(rune('a'+i%26))+time.Now().String(), Spec{Argv: []string{"/bin/true"}, Dir: "/", Env: env}, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		<-ref.Closed()
-		_ = ref.Discard(context.Background())
+	h, err := sandbox.Probe(os.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	ro := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}}}
+	ww := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}, {Path: os.TempDir(), Access: sandbox.Write}}}
+	cases := []struct {
+		name   string
+		mode   string
+		policy *sandbox.Policy
+	}{
+		{"pgroup", contain.ModePgroup, nil},
+		{"cgroup2", contain.ModeCgroup2, nil},
+		{"cgroup2+sandbox-read-only", contain.ModeCgroup2, ro},
+		{"cgroup2+sandbox-workspace-write", contain.ModeCgroup2, ww},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			m := contain.NewManager(c.mode)
+			if m.Mode() != c.mode {
+				b.Skipf("host offers %s", m.Mode())
+			}
+			if c.policy != nil && !h.Enforces() {
+				b.Skip("no sandbox on this host")
+			}
+			sup := NewSupervisor(Config{
+				Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+				DetachTTL: time.Second,
+				Isolation: Isolation{Host: h, Contain: m},
+				Logger:    zap.NewNop(),
+			})
+			defer func() { sup.Kill(); _ = sup.Wait(context.Background()); _ = m.Close() }()
+			env := BuildEnv(ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
+			i := 0
+			for b.Loop() {
+				i++
+				ref, err := sup.Spawn(fmt.Sprintf("p%d", i), Spec{Argv: []string{"/bin/true"}, Dir: "/", Env: env, Sandbox: c.policy}, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-ref.Closed()
+				_ = ref.Discard(context.Background())
+			}
+		})
 	}
 }
 
@@ -88,5 +123,45 @@ func BenchmarkForkExecTrue(b *testing.B) {
 			b.Fatal(err)
 		}
 		_, _ = p.Wait()
+	}
+}
+
+// BenchmarkStreamThroughActor measures output from a child through the
+// process actor to a subscriber that drains it: reads, chunking (at most
+// maxReadChunk), ring, delivery. b.N is in bytes (SetBytes per 64 MiB run).
+func BenchmarkStreamThroughActor(b *testing.B) {
+	sup := NewSupervisor(Config{
+		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL: time.Second,
+		Logger:    zap.NewNop(),
+	})
+	defer func() { sup.Kill(); _ = sup.Wait(context.Background()) }()
+	const total = 64 << 20
+	b.SetBytes(total)
+	i := 0
+	for b.Loop() {
+		i++
+		events := make(chan Event, 256)
+		done := make(chan struct{})
+		ref, err := sup.Spawn("s"+time.Now().String(), Spec{Argv: []string{"head", "-c", "67108864", "/dev/zero"}, Dir: "/", Env: []string{"PATH=/usr/bin:/bin"}}, &Subscriber{Out: events, Done: done})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, chunks := 0, 0
+		for ev := range events {
+			n += len(ev.Data)
+			if ev.Kind == EventOutput {
+				chunks++
+			}
+			if ev.Kind == EventClosed {
+				break
+			}
+		}
+		close(done)
+		if n != total {
+			b.Fatalf("%d bytes", n)
+		}
+		b.ReportMetric(float64(total)/float64(chunks), "B/chunk")
+		_ = ref.Discard(context.Background())
 	}
 }

@@ -35,6 +35,9 @@ const (
 	// connInflightCap bounds requests answered later (long polls, writes); the
 	// reader stops reading when it is reached.
 	connInflightCap = 4096
+	// connFlushTimeout bounds the writer's last flush when the connection
+	// ends (what is already queued for the client; nothing new is awaited).
+	connFlushTimeout = 250 * time.Millisecond
 )
 
 // Reason says why a connection ended. It is the latched failure's kind.
@@ -44,6 +47,7 @@ const (
 	ReasonTransportLost Reason = iota + 1 // the peer went away or the transport failed
 	ReasonProtocol                        // the peer broke the protocol (e.g. a response from the client)
 	ReasonShutdown                        // the server is stopping
+	ReasonInternal                        // a recovered panic in one of the connection's goroutines
 )
 
 func (r Reason) String() string {
@@ -54,6 +58,8 @@ func (r Reason) String() string {
 		return "protocol violation"
 	case ReasonShutdown:
 		return "server shutdown"
+	case ReasonInternal:
+		return "internal error"
 	}
 	return "unknown"
 }
@@ -121,6 +127,7 @@ type conn struct {
 	session *SessionTable
 	apps    map[string]*appProc // app-server dialect handles of this connection
 	fsq     chan wire.Message   // to the fs worker, started on the first fs request
+	httpm   *httpManager        // the http manager, started on the first http/request
 	cur     curRequest          // the request being handled (metrics, logs)
 }
 
@@ -146,15 +153,14 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		apps:      make(map[string]*appProc),
 	}
 	c.wtok <- struct{}{}
+	// The writer ends the connection: when the latch fires (failure from
+	// any side, or ctx ending from outside: shutdown) it flushes what is
+	// already queued for the client, then closes the transport, which is
+	// what unblocks the reader.
 	c.wg.Go(c.writeLoop)
-	// Closing the transport is what unblocks a pending read when the
-	// context ends from outside (shutdown); the writer closes it itself when
-	// a write fails.
-	stopWatch := context.AfterFunc(ctx, func() { t.Close() })
 	c.readLoop()
 	c.wg.Wait()
 	c.discardApps()
-	stopWatch()
 	t.Close()
 	cause := context.Cause(cctx)
 	fail(cause)
@@ -174,8 +180,13 @@ func (c *conn) latch(reason Reason, err error) {
 }
 
 func (c *conn) readLoop() {
+	defer c.recoverPanic("reader", nil)
+	// The read is not bound to the latch: cancelling a websocket read
+	// closes the connection, which would cut the writer's last flush. The
+	// writer closes the transport once it has flushed, ending the read.
+	rctx := context.WithoutCancel(c.ctx)
 	for {
-		data, err := c.t.ReadMessage(c.ctx)
+		data, err := c.t.ReadMessage(rctx)
 		if err != nil {
 			if errors.Is(err, wire.ErrMessageTooBig) {
 				c.reply(wire.MalformedID, nil, wire.ErrMessageTooLarge(cmp.Or(c.opts.MaxMessageBytes, wire.DefaultMaxMessageBytes)))
@@ -244,6 +255,14 @@ func (c *conn) reply(id wire.ID, result any, rerr *wire.Error) {
 			b = wire.AppendError(nil, id, wire.AsError(err))
 		}
 	}
+	if c.ctx.Err() != nil {
+		// The writer is flushing for the last time: queue if there is room.
+		select {
+		case c.responses <- b:
+		default:
+		}
+		return
+	}
 	// Fast path: if nobody holds the write side, write the response here
 	// instead of waking the writer goroutine (a hop that costs a thread
 	// wake-up per request). Never waits for the token.
@@ -282,6 +301,8 @@ var knownMethods = map[string]string{
 	wire.MethodProcessWriteStdin: "exec",
 	wire.MethodProcessResizePty:  "exec",
 	wire.MethodProcessKill:       "exec",
+	wire.MethodEnvironmentInfo:   "environment info",
+	wire.MethodHTTPRequest:       "http",
 }
 
 func (c *conn) request(msg wire.Message) {
@@ -336,6 +357,10 @@ func (c *conn) request(msg wire.Message) {
 		c.resizeApp(msg)
 	case wire.MethodProcessKill:
 		c.killApp(msg)
+	case wire.MethodEnvironmentInfo:
+		c.environment(msg)
+	case wire.MethodHTTPRequest:
+		c.httpRequest(msg)
 	}
 }
 
@@ -379,7 +404,7 @@ func (c *conn) initialize(msg wire.Message) {
 	c.session = table
 	c.hs = hsInitialized
 	c.log = c.log.With(zap.String("session_id", table.ID))
-	c.reply(msg.ID, wire.InitializeResult{SessionID: table.ID}, nil)
+	c.reply(msg.ID, wire.InitializeResult{SessionID: table.ID, EnvironmentInfo: c.sup.envInfo}, nil)
 }
 
 func (c *conn) subscriber() Subscriber {
@@ -413,7 +438,7 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
 		return
 	}
-	spec := Spec{Argv: p.Argv, Dir: dir, TTY: p.TTY, PipeStdin: p.PipeStdin}
+	spec := Spec{Argv: p.Argv, Dir: dir, TTY: p.TTY, PipeStdin: p.PipeStdin, Metadata: processMetadata(p.Metadata)}
 	if p.Arg0 != nil {
 		spec.Arg0 = *p.Arg0
 	}
@@ -430,6 +455,10 @@ func (c *conn) start(msg wire.Message) {
 	spec.Env = BuildEnv(ServerEnv(), policy, p.Env)
 	if spec.Sandbox, serr = c.sup.SandboxFor(sb, dir, spec.Env); serr != nil {
 		c.reply(msg.ID, nil, serr)
+		return
+	}
+	if e := managedNetworkError(&p, spec.Sandbox != nil); e != nil {
+		c.reply(msg.ID, nil, e)
 		return
 	}
 	spec.Limits = LimitsFrom(p.Limits)
@@ -450,6 +479,9 @@ func absPath(p string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("is not a valid file URI: %s", p)
 		}
+		if u.Host != "" && u.Host != "localhost" {
+			return "", fmt.Errorf("is a file URI with a foreign host %q: %s", u.Host, p)
+		}
 		p = u.Path
 	}
 	if !filepath.IsAbs(p) {
@@ -459,8 +491,8 @@ func absPath(p string) (string, error) {
 }
 
 // deferred runs wait on a tracked goroutine so the reader can go on; it
-// holds an inflight slot until the reply is queued.
-func (c *conn) deferred(wait func()) {
+// holds an inflight slot until the reply to request id is queued.
+func (c *conn) deferred(id wire.ID, wait func()) {
 	observe := c.deferObservation()
 	select {
 	case c.inflight <- struct{}{}:
@@ -469,6 +501,7 @@ func (c *conn) deferred(wait func()) {
 	}
 	c.wg.Go(func() {
 		defer func() { <-c.inflight }()
+		defer c.recoverPanic("request waiter", id)
 		wait()
 		observe()
 	})
@@ -493,7 +526,7 @@ func (c *conn) read(msg wire.Message) {
 	wait := time.Duration(min(p.WaitMs, 24*3600*1000)) * time.Millisecond
 	ch, err := ref.ReadAsync(c.ctx, p.AfterSeq, maxBytes, wait)
 	if err != nil {
-		c.reply(msg.ID, nil, c.actorError(err, p.ProcessID))
+		c.reply(msg.ID, nil, c.actorError(ref, err, p.ProcessID))
 		return
 	}
 	answer := func() {
@@ -505,7 +538,7 @@ func (c *conn) read(msg wire.Message) {
 			case r := <-ch:
 				c.reply(msg.ID, readResult(r), nil)
 			default:
-				c.reply(msg.ID, nil, wire.ErrUnknownProcess(p.ProcessID))
+				c.reply(msg.ID, nil, c.actorError(ref, ErrStopped, p.ProcessID))
 			}
 		case <-c.ctx.Done():
 		}
@@ -514,14 +547,29 @@ func (c *conn) read(msg wire.Message) {
 		answer()
 		return
 	}
-	c.deferred(answer)
+	c.deferred(msg.ID, answer)
 }
 
-func (c *conn) actorError(err error, id string) *wire.Error {
+// actorError maps the error of a request to a process actor: a failed
+// process answers -32603 with its failure, an ended one "unknown process".
+func (c *conn) actorError(ref *ProcessRef, err error, id string) *wire.Error {
 	if errors.Is(err, ErrStopped) {
+		if f := ref.Failure(); f != nil {
+			return wire.ErrProcessFailed(f.Error())
+		}
 		return wire.ErrUnknownProcess(id)
 	}
 	return wire.AsError(err)
+}
+
+// failed answers a request about a failed process with -32603 and reports
+// whether it did.
+func (c *conn) failed(msg wire.Message, ref *ProcessRef) bool {
+	if f := ref.Failure(); f != nil {
+		c.reply(msg.ID, nil, wire.ErrProcessFailed(f.Error()))
+		return true
+	}
+	return false
 }
 
 func readResult(r ReadReply) wire.ReadResult {
@@ -561,10 +609,12 @@ func (c *conn) write(msg wire.Message) {
 	}
 	ch, err := ref.WriteAsync(c.ctx, p.Chunk, writeID)
 	if err != nil {
-		c.reply(msg.ID, wire.WriteResult{Status: wire.WriteUnknownProcess}, nil)
+		if !c.failed(msg, ref) {
+			c.reply(msg.ID, wire.WriteResult{Status: wire.WriteUnknownProcess}, nil)
+		}
 		return
 	}
-	c.deferred(func() {
+	c.deferred(msg.ID, func() {
 		select {
 		case r := <-ch:
 			if r.Err != nil {
@@ -573,7 +623,9 @@ func (c *conn) write(msg wire.Message) {
 			}
 			c.reply(msg.ID, wire.WriteResult{Status: writeStatus(r.Status)}, nil)
 		case <-ref.Done():
-			c.reply(msg.ID, wire.WriteResult{Status: wire.WriteStdinClosed}, nil)
+			if !c.failed(msg, ref) {
+				c.reply(msg.ID, wire.WriteResult{Status: wire.WriteStdinClosed}, nil)
+			}
 		case <-c.ctx.Done():
 		}
 	})
@@ -605,6 +657,9 @@ func (c *conn) terminate(msg wire.Message) {
 	}
 	running, err := ref.Terminate(c.ctx, grace)
 	if err != nil {
+		if c.failed(msg, ref) {
+			return
+		}
 		running = false
 	}
 	c.reply(msg.ID, wire.TerminateResult{Running: running}, nil)
@@ -639,6 +694,8 @@ func (c *conn) signal(msg wire.Message) {
 	if err := ref.Signal(c.ctx, sig); err != nil && !errors.Is(err, ErrStopped) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "signal failure: %v", err))
 		return
+	} else if err != nil && c.failed(msg, ref) {
+		return
 	}
 	c.reply(msg.ID, struct{}{}, nil)
 }
@@ -656,7 +713,7 @@ func (c *conn) resize(msg wire.Message) {
 		if errors.Is(err, ErrNotPTY) {
 			c.reply(msg.ID, nil, wire.ErrNotPTY())
 		} else {
-			c.reply(msg.ID, nil, c.actorError(err, p.ProcessID))
+			c.reply(msg.ID, nil, c.actorError(ref, err, p.ProcessID))
 		}
 		return
 	}
@@ -674,6 +731,8 @@ func (c *conn) closeStdin(msg wire.Message) {
 	}
 	if err := ref.CloseStdin(c.ctx); err != nil && !errors.Is(err, ErrStopped) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "stdin failure: %v", err))
+		return
+	} else if err != nil && c.failed(msg, ref) {
 		return
 	}
 	c.reply(msg.ID, struct{}{}, nil)
@@ -694,7 +753,7 @@ func (c *conn) list(msg wire.Message) {
 		if err != nil {
 			continue
 		}
-		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Limit: info.Limit}
+		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Limit: info.Limit, Metadata: wireMetadata(ref.Metadata())}
 		if info.State >= StateExited {
 			code := info.ExitCode
 			wi.ExitCode = &code
@@ -703,90 +762,6 @@ func (c *conn) list(msg wire.Message) {
 	}
 	sortInfos(out.Processes)
 	c.reply(msg.ID, out, nil)
-}
-
-// writeLoop is the connection's only writer. It encodes events itself (once
-// each, straight into a reused buffer) and flushes when both queues are empty.
-func (c *conn) writeLoop() {
-	var buf []byte
-	for {
-		var first func() bool
-		select {
-		case ev := <-c.events:
-			first = func() bool { buf = encodeEvent(buf[:0], ev); return c.writeOwned(buf) }
-		case b := <-c.responses:
-			first = func() bool { return c.writeOwned(b) }
-		case <-c.ctx.Done():
-			// Give already queued responses a last chance (stdio EOF leaves
-			// stdout usable), without waiting for anything new.
-			select {
-			case <-c.wtok:
-			case <-time.After(time.Second):
-				return
-			}
-			for {
-				select {
-				case b := <-c.responses:
-					if c.t.WriteMessage(context.Background(), b) != nil {
-						return
-					}
-				default:
-					_ = c.t.Flush()
-					return
-				}
-			}
-		}
-		// Own the write side for this burst: everything queued, then flush.
-		select {
-		case <-c.wtok:
-		case <-c.ctx.Done():
-			return
-		}
-		ok := first()
-		for ok {
-			select {
-			case ev := <-c.events:
-				buf = encodeEvent(buf[:0], ev)
-				ok = c.writeOwned(buf)
-				continue
-			case b := <-c.responses:
-				ok = c.writeOwned(b)
-				continue
-			default:
-			}
-			if err := c.t.Flush(); err != nil {
-				c.latch(ReasonTransportLost, err)
-				c.t.Close()
-				ok = false
-			}
-			break
-		}
-		c.wtok <- struct{}{}
-		if !ok {
-			return
-		}
-	}
-}
-
-// writeOwned writes one message; the caller holds the write token.
-func (c *conn) writeOwned(b []byte) bool {
-	if err := c.t.WriteMessage(c.ctx, b); err != nil {
-		c.latch(ReasonTransportLost, err)
-		c.t.Close()
-		return false
-	}
-	return true
-}
-
-func encodeEvent(dst []byte, ev Event) []byte {
-	switch ev.Kind {
-	case EventOutput:
-		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
-	case EventExited:
-		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.Limit)
-	default:
-		return wire.AppendClosedNotification(dst, ev.ProcessID, ev.Seq)
-	}
 }
 
 func sortInfos(infos []wire.ProcessInfo) {
@@ -809,21 +784,41 @@ func (c *conn) fs(msg wire.Message) {
 	}
 }
 
-// fsWorker is the fs worker goroutine; it owns files, closed when it ends.
+// fsWorker is the fs worker goroutine. It owns the connection's
+// fsops.Worker (fs/open handles and fs/watchMissing watches), closed when
+// it ends, and sends each fs/missingChanged after the answer that armed it.
 func (c *conn) fsWorker() {
-	var files fsops.Handles
-	defer files.CloseAll()
+	w := fsops.NewWorker(c.sup.cfg.FsRoots)
+	defer w.Close()
 	for {
 		select {
 		case msg := <-c.fsq:
-			start := time.Now()
-			res, ferr := fsops.Handle(msg.Method, msg.Params, c.sup.cfg.FsRoots, &files)
-			c.reply(msg.ID, res, ferr)
-			c.observeRequest(msg.Method, msg.ID, start)
+			if !c.fsRequest(msg, w) {
+				return
+			}
+		case ev, ok := <-w.Events():
+			w.Event(ev, ok)
+		case err, ok := <-w.Errors():
+			w.Error(err, ok)
 		case <-c.ctx.Done():
 			return
 		}
+		for _, n := range w.Notifications() {
+			c.notify(wire.NotifyFsMissingChanged, n)
+		}
 	}
+}
+
+// fsRequest runs one fs request; false when it panicked (the connection
+// then fails: the handles may be in any state).
+func (c *conn) fsRequest(msg wire.Message, w *fsops.Worker) (ok bool) {
+	defer c.recoverPanic("fs worker", msg.ID)
+	runTestHook(&hookFsRequest, msg.Method)
+	start := time.Now()
+	res, ferr := w.Handle(msg.Method, msg.Params)
+	c.reply(msg.ID, res, ferr)
+	c.observeRequest(msg.Method, msg.ID, start)
+	return true
 }
 
 // params decodes msg's params into p, answering a decode error itself; it

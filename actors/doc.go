@@ -22,12 +22,18 @@
 // costs no thread. A connection actor (ServeConn's goroutine) owns the
 // handshake state, the session's routing table and the app-server handles;
 // its fs worker goroutine (started on the first fs request) runs fs/*
-// requests in arrival order and owns the fs/open handles. The transport's write side belongs to whoever holds
+// requests in arrival order and owns the connection's fsops.Worker: the
+// fs/open handles and the fs/watchMissing watches, whose fs/missingChanged
+// it queues after the answer that armed them. The transport's write side belongs to whoever holds
 // the connection's one-slot write token: its writer goroutine while it
 // drains the queues (and encodes events), or a goroutine answering a
 // request when the token is free; nobody ever waits for the token but the
 // writer. Each app-server process has an adapter goroutine owning the
-// dialect's caps and buffers. The registry owns which sessions are attached and the
+// dialect's caps and buffers. The http manager goroutine (started on the
+// first http/request) owns the connection's http client (its connection
+// pool), the count of requests in flight and the requestIds of streams in
+// flight; each request runs on its own goroutine, which answers it and
+// queues its body deltas, and reports its end back to the manager. The registry owns which sessions are attached and the
 // detached ones with their deadlines. A [SessionTable] has exactly one owner
 // at a time, moved by registry messages.
 //
@@ -63,24 +69,60 @@
 // Expiry and discard terminate the session's processes (SIGKILL to each
 // process group) and let their actors exit once closed.
 //
-// Stop and Kill end every process, but an attached subscriber must keep
-// draining Out or close Done (a connection always does: its context ends
-// first), because stream ends are delivered in order behind the output.
+// The ending is never lost: a process actor ends only after its process is
+// closed and its subscriber was handed exited and closed, or was dropped
+// (its connection ended: the latched cause is the reason; or Kill, logged).
+// The closed retention runs from that moment; zero or negative means the
+// actor ends right after delivery. Lag-mode listeners are offered output
+// only while their queue keeps room for exited and closed, so a listener
+// that keeps up always gets them; one that lagged is closed and
+// resubscribes from its seq (failing with ErrStopped if the process has
+// been forgotten meanwhile). Stop therefore waits for attached subscribers
+// to take the ending (a server's Shutdown gives them until its deadline,
+// then Kills); Kill drops them.
+//
+// Shutdown order (runtime.Server): stop accepting; Stop (every tree:
+// SIGTERM or SIGHUP, SIGKILL after the grace); wait for the actors; cancel
+// the connections, whose writer then flushes what it already holds
+// (connFlushTimeout) and closes the transport, which ends the reader. The
+// reader reads with a context the latch does not cancel, because cancelling
+// a websocket read closes the connection under the last flush.
+//
+// Panics are isolated. A panic in a process actor is recovered: logged with
+// its stack, the tree is SIGKILLed, the outputs closed, Closed and Done
+// released, [ProcessRef.Failure] returns a [*ProcessFailedError] (matching
+// [ErrProcessFailed]) and requests about the process are answered -32603
+// with it; its subscriber is handed an EventFailed at its cursor (on the
+// wire: process/closed with an ext "failure"). A failed process keeps its
+// id in its session. A panic in a connection's reader (while handling a
+// request), writer, fs worker, long-poll or write waiter, or app-server
+// adapter answers the request being handled -32603 and latches that
+// connection's failure (ReasonInternal); its session is detached as for
+// any drop. Nothing else is affected. [SetTestHooks] injects panics in
+// tests; the hooks are nil in production and unreachable from the wire.
 //
 // A process actor is never restarted: its OS process cannot be rebuilt. Its
 // lifecycle is monotonic: running, exited, closed; closed comes only after
 // the exit and the end of every output stream and takes the highest seq.
 // After a terminate, streams still held open by a descendant that left the
 // group are closed by force after a short drain, so closed follows promptly.
-// Spawn failures are *SpawnError values carrying the OS error.
+// Spawn failures are *SpawnError values carrying the OS error. Once Stop
+// has returned, Spawn starts nothing (a child started meanwhile is killed
+// and reaped).
+//
+// The connection's end cancels its http requests (their context is the
+// connection's): the remote server sees them go away, and the manager
+// waits for their goroutines before closing the connection pool.
 //
 // # Backpressure
 //
 //   - Requests into a process actor: bounded mailbox (64); senders wait,
 //     bounded by their ctx.
-//   - Output from the child: readers send facts into a bounded channel
-//     (16). The actor stops taking facts while its attached subscriber has
-//     so much undelivered output that one more read could make retention
+//   - Output from the child: each read takes what is available up to 64
+//     KiB as one chunk (so retention, which evicts whole chunks, keeps at
+//     least its byte bound less 64 KiB); readers send facts into a bounded
+//     channel (16). The actor stops taking facts while its attached
+//     subscriber has so much undelivered output that one more read could make retention
 //     evict it; readers then block, the pipe fills, and the child blocks on
 //     write. A slow client thus slows its own processes, never another's,
 //     and no event is dropped while the connection lives. With no
@@ -88,10 +130,27 @@
 //     and the oldest retained output is evicted (retention bounds).
 //   - Events to the connection: one bounded queue (256) per connection,
 //     shared by its processes, drained by the writer, which blocks on the
-//     transport (TCP/pipe backpressure).
+//     transport (TCP/pipe backpressure). When the connection ends, the
+//     writer's last flush writes what is queued for at most 250 ms; a peer
+//     that does not read gets nothing more.
+//   - Lag-mode listeners (Subscribe): the actor never blocks on them;
+//     output is offered only while exited and closed still fit behind it,
+//     otherwise the listener is closed (lagged) and resubscribes.
 //   - Responses: bounded queue (256); a full queue blocks the producer.
 //     Long polls and writes are answered by waiter goroutines, at most 4096
 //     in flight per connection; beyond that the reader stops reading.
+//   - http/request: at most 64 requests in flight per connection (one
+//     more is answered -32600 at once, so a long stream never stalls the
+//     reader); up to 16 validated requests wait for the http manager (the
+//     reader waits beyond that). A streamed body's deltas (at most 64 KiB
+//     each) and its result share the events queue with process output, in
+//     order: when the queue is full the request goroutine stops reading the
+//     body and TCP slows the remote server. A buffered body holds at most
+//     Config.HTTP.MaxBodyBytes (beyond it: an error, nothing dropped).
+//   - Filesystem: fs requests wait for the fs worker in a bounded queue
+//     (64); a full queue makes the reader wait. fs/missingChanged goes to
+//     the responses queue like a response (one per watch, at most 128
+//     watches per connection).
 //   - Stdin: writes go to the stdin writer through a bounded channel (64);
 //     further writes wait in the actor, each holding its requester's reply,
 //     so a child that does not read stdin slows only its writers.

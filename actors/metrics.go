@@ -46,6 +46,7 @@ const (
 	EndExit       = "exit"       // it exited on its own (any code)
 	EndTerminated = "terminated" // runtimed ended it: process/terminate, discard, shutdown
 	EndTimeout    = "timeout"    // the app-server dialect's timeoutMs
+	EndFailed     = "failed"     // the process actor failed (a recovered panic)
 	// A resource limit ends it as "limit_" + the limit's name
 	// ("limit_memory", "limit_pids", "limit_cpu", "limit_fileSize").
 	EndLimitPrefix = "limit_"
@@ -102,6 +103,17 @@ func (b *backpressure) update(blocked bool, m Metrics) {
 	}
 }
 
+// endMetrics runs when the process actor ends (after recoverPanic): it
+// closes an open backpressure interval, and counts a process whose actor
+// failed before its exit was reported as ended ("failed"), so
+// processes_running does not drift.
+func (p *process) endMetrics() {
+	p.bp.update(false, p.cfg.metrics)
+	if !p.exited {
+		p.cfg.metrics.ProcessExited(EndFailed)
+	}
+}
+
 // observeRequest reports a request answered after start, and logs it at
 // debug level with its id and method (every request log line carries both).
 func (c *conn) observeRequest(method string, id wire.ID, start time.Time) {
@@ -136,7 +148,7 @@ type curRequest struct {
 // deferred (then whoever answers observes it).
 func (c *conn) timedRequest(msg wire.Message) {
 	c.cur = curRequest{method: msg.Method, id: msg.ID, start: time.Now()}
-	c.request(msg)
+	c.safeRequest(msg)
 	if !c.cur.deferred {
 		c.observeRequest(msg.Method, msg.ID, c.cur.start)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,8 +24,11 @@ const (
 	// wait inside the actor, each holding its own requester's reply.
 	stdinQueueCap = 64
 	// maxReadChunk is the largest chunk: one read of a pipe or PTY drains
-	// what is available up to this (256 KiB, 342 KiB of base64 on the wire).
-	maxReadChunk = 256 << 10
+	// what is available up to this (64 KiB, 87 KiB of base64 on the wire).
+	// It is also the most retention can fall short of its byte bound:
+	// chunks are evicted whole, so the newest retainBytes less at most
+	// 64 KiB stay (larger coalesced chunks lost up to 256 KiB).
+	maxReadChunk = 64 << 10
 	// writeIDMemory is how many writeIds per process are remembered for dedupe.
 	writeIDMemory = 4096
 	// exitHold is how long a reported exit waits for the output streams to
@@ -44,6 +48,10 @@ const (
 	// EventGap stands for output seqs Seq..To that retention evicted before
 	// a subscriber could see them (only in subscription history).
 	EventGap
+	// EventFailed ends a subscriber's events when the process actor failed
+	// (a recovered panic): Seq is the subscriber's next seq, Failure says
+	// why. Nothing follows it.
+	EventFailed
 )
 
 // Event is one entry of a process's history, addressed by Seq. Output
@@ -57,8 +65,9 @@ type Event struct {
 	ExitCode  int
 	// Limit names the resource limit that ended the process (exited
 	// events only; "" when none did).
-	Limit string
-	To    uint64 // last seq of an EventGap
+	Limit   string
+	To      uint64 // last seq of an EventGap
+	Failure string // of an EventFailed
 }
 
 // Subscriber is where a process actor delivers live events: the attached
@@ -236,8 +245,10 @@ type process struct {
 	exitCh  chan int // capacity 1: the waiter never blocks
 	stdinCh chan stdinOp
 	done    chan struct{}
-	closedC chan struct{} // closed by run when the process is closed
+	closedC chan struct{} // closed by run when the process is closed (closeClosedC)
 	final   *finalState   // written by run once, before closedC is closed
+
+	closedCDone bool // closedC has been closed
 
 	nextSeq     uint64
 	ring        *Ring
@@ -267,7 +278,7 @@ type process struct {
 	timeoutAt   time.Time // Spec.Timeout's deadline
 	timedOut    bool
 	drainAt     time.Time
-	expireAt    time.Time
+	expireAt    time.Time // retention's end: set once the ending reached every subscriber
 	timer       *time.Timer
 	timerAt     time.Time
 }
@@ -298,13 +309,17 @@ type ProcessRef struct {
 	done    <-chan struct{}
 	closedC <-chan struct{}
 	final   *finalState
+	meta    *Metadata // set by the supervisor before the ref is shared
 }
 
-// finalState is written by the process actor before it closes closedC and
-// never after, so reading it after <-closedC needs no lock.
+// finalState: exitCode and limit are written by the process actor before
+// it closes closedC and never after, so reading them after <-closedC needs
+// no lock; failure is set once, after a recovered panic (before closedC, if
+// that was still open, and before done are closed), and read at any time.
 type finalState struct {
 	exitCode int
 	limit    string
+	failure  atomic.Pointer[ProcessFailedError]
 }
 
 func (r *ProcessRef) ID() string            { return r.id }
@@ -415,6 +430,16 @@ func (r *ProcessRef) ExitCode() int { return r.final.exitCode }
 // closed ("" when none did).
 func (r *ProcessRef) Limit() string { return r.final.limit }
 
+// Failure returns the *ProcessFailedError of a process whose actor failed
+// (a recovered panic), or nil. Once set it stays; it is set before
+// Closed() (if still open) and Done() are closed.
+func (r *ProcessRef) Failure() error {
+	if f := r.final.failure.Load(); f != nil {
+		return f
+	}
+	return nil
+}
+
 // Subscription is a lag-mode subscriber: History holds the events after
 // the requested seq that existed when it subscribed (evicted output as
 // EventGap), Live the ones after, in seq order. The actor never blocks on
@@ -430,7 +455,7 @@ type Subscription struct {
 // queue of the given capacity, in one actor step: no gap, no duplicate.
 func (r *ProcessRef) Subscribe(ctx context.Context, after uint64, capacity int) (Subscription, error) {
 	return ask(ctx, r.mbox, r.done, func(c chan<- Subscription) procMsg {
-		return subscribeMsg{after: after, capacity: max(capacity, 1), reply: c}
+		return subscribeMsg{after: after, capacity: max(capacity, listenerEndingRoom+1), reply: c}
 	})
 }
 
@@ -553,17 +578,13 @@ func (p *process) stdinLoop() {
 func (p *process) run(stop, kill <-chan struct{}) {
 	defer close(p.done)
 	defer p.sess.Release()
-	defer p.bp.update(false, p.cfg.metrics)
+	defer p.endMetrics()
+	defer p.recoverPanic()
 	p.timer = time.NewTimer(time.Hour)
 	p.timer.Stop()
 	defer p.timer.Stop()
 	for {
-		if p.closed && (p.discard || p.stopping) && p.killAt.IsZero() {
-			return // (a pending group kill is carried out first)
-		}
-		if p.closed && !p.expireAt.IsZero() && !time.Now().Before(p.expireAt) {
-			p.log.Debug("closed process retention ended")
-			p.killPending()
+		if p.finished(time.Now()) {
 			return
 		}
 		p.rearm()
@@ -605,7 +626,7 @@ func (p *process) run(stop, kill <-chan struct{}) {
 			p.delivered(ev)
 		case <-subDone:
 			p.log.Debug("subscriber lost; output is retained for process/read")
-			p.sub = nil
+			p.sub = nil // its connection ended: the connection's latched cause is the reason
 		case stdinCh <- op:
 			p.stdinQueue[0] = stdinOp{}
 			p.stdinQueue = p.stdinQueue[1:]
@@ -629,8 +650,52 @@ func (p *process) run(stop, kill <-chan struct{}) {
 			_ = p.sess.Signal(syscall.SIGKILL)
 			p.killAt = time.Time{} // done now: nothing waits for a grace any more
 			p.forceDrain()
+			p.dropSubscriber("supervisor killed")
 		}
 	}
+}
+
+// finished reports whether the actor may end. It never ends before the
+// process is closed and the ending (exited, closed) was handed to its
+// subscriber, or the subscriber was dropped with a logged reason. From that
+// moment the closed-retention time runs (zero: none); the actor ends when it
+// is over, or at once when nobody can read the process any more (discard,
+// stop) and no group kill is pending.
+func (p *process) finished(now time.Time) bool {
+	if !p.closed || !p.endingDelivered() {
+		return false
+	}
+	if p.expireAt.IsZero() {
+		p.expireAt = now.Add(max(p.cfg.ClosedRetention, 0))
+	}
+	if (p.discard || p.stopping) && p.killAt.IsZero() {
+		return true // (a pending group kill is carried out first)
+	}
+	if !now.Before(p.expireAt) {
+		p.log.Debug("closed process retention ended")
+		p.killPending()
+		return true
+	}
+	return false
+}
+
+// endingDelivered reports whether the subscriber, if any, has been handed
+// the closed event (and with it every earlier one).
+func (p *process) endingDelivered() bool {
+	return p.sub == nil || (p.closed && p.sub.cursor > p.closedSeq)
+}
+
+// dropSubscriber forgets the subscriber, logging why when it had not been
+// handed the ending yet.
+func (p *process) dropSubscriber(reason string) {
+	if p.sub == nil {
+		return
+	}
+	if !p.endingDelivered() {
+		p.log.Info("subscriber dropped before it was handed the process's ending",
+			zap.String("reason", reason), zap.Uint64("cursor", p.sub.cursor), zap.Uint64("next_seq", p.nextSeq))
+	}
+	p.sub = nil
 }
 
 // canConsume reports whether the actor may take more output: always when no
@@ -674,6 +739,7 @@ func (p *process) delivered(ev Event) {
 }
 
 func (p *process) handle(m procMsg) {
+	runTestHook(&hookProcessRequest, p.id)
 	switch m := m.(type) {
 	case readMsg:
 		if m.wait <= 0 || p.readReady(m.after) {
@@ -897,11 +963,6 @@ func (p *process) maybeClose() {
 		p.stdinClosed = true
 		p.queueStdin(stdinOp{close: true, done: make(chan error, 1)})
 	}
-	if p.cfg.ClosedRetention > 0 {
-		p.expireAt = time.Now().Add(p.cfg.ClosedRetention)
-	} else {
-		p.expireAt = time.Now()
-	}
 	p.publish(Event{ProcessID: p.id, Kind: EventClosed, Seq: p.closedSeq})
 	for _, l := range p.listeners {
 		close(l)
@@ -909,22 +970,41 @@ func (p *process) maybeClose() {
 	p.listeners = nil
 	p.final.exitCode = p.exitCode
 	p.final.limit = p.limit
-	close(p.closedC)
+	p.closeClosedC()
 	p.wakePolls()
 }
 
-// publish offers ev to every lag-mode listener without blocking; a full
-// listener is closed and dropped (it lagged, and resubscribes from its seq).
+// listenerEndingRoom is the room a lag-mode listener's queue keeps for the
+// ending: exited and closed always fit behind the output it was given.
+const listenerEndingRoom = 2
+
+// publish offers ev to every lag-mode listener without blocking. Output is
+// offered only while the queue keeps room for the ending events still to
+// come, so a listener that keeps up is always handed exited and closed; a
+// listener without that room is closed and dropped (it lagged, and
+// resubscribes from its seq).
 func (p *process) publish(ev Event) {
 	if len(p.listeners) == 0 {
 		return
 	}
+	need := 1 // closed
+	switch ev.Kind {
+	case EventOutput:
+		need = 2
+		if !p.exited {
+			need = 1 + listenerEndingRoom
+		}
+	case EventExited:
+		need = listenerEndingRoom
+	}
 	kept := p.listeners[:0]
 	for _, l := range p.listeners {
-		select {
-		case l <- ev:
+		// Only this goroutine sends on l, so the free room can only grow
+		// between this check and the send: the send never blocks.
+		if cap(l)-len(l) >= need {
+			l <- ev
 			kept = append(kept, l)
-		default:
+		} else {
 			close(l)
 		}
 	}
@@ -1049,9 +1129,7 @@ func (p *process) rearm() {
 	consider(p.heldUntil)
 	consider(p.timeoutAt)
 	consider(p.drainAt)
-	if p.closed {
-		consider(p.expireAt)
-	}
+	consider(p.expireAt) // set only once closed and delivered
 	if next.Equal(p.timerAt) {
 		return
 	}

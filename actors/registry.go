@@ -22,12 +22,14 @@ type SessionTable struct {
 
 // Lookup returns the live process with the given id. An entry whose actor
 // has exited (closed-process retention ended) is removed: its id is free.
+// A failed process (its actor panicked) stays, so that requests about it
+// are answered with its failure.
 func (t *SessionTable) Lookup(id string) (*ProcessRef, bool) {
 	ref, ok := t.Procs[id]
 	if !ok {
 		return nil, false
 	}
-	if !ref.Alive() {
+	if !ref.Alive() && ref.Failure() == nil {
 		delete(t.Procs, id)
 		return nil, false
 	}

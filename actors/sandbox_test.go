@@ -15,7 +15,6 @@ import (
 
 	"github.com/runtimed/runtimed/actors/contain"
 	"github.com/runtimed/runtimed/actors/sandbox"
-	"github.com/runtimed/runtimed/wire"
 )
 
 var (
@@ -242,45 +241,6 @@ func TestSandboxReadOnly(t *testing.T) {
 	}
 }
 
-// TestSandboxResolveAndFloor maps Codex's workspace-write shape (specials,
-// subpaths, skip) through ResolveSandbox and refuses malformed entries.
-func TestSandboxResolveAndFloor(t *testing.T) {
-	ws, _ := workspace(t)
-	p, werr := ResolveSandbox(FloorSandbox(FloorWorkspaceWrite, ws), ws, []string{"TMPDIR=" + ws + "/sub"})
-	if werr != nil {
-		t.Fatal(werr)
-	}
-	got := map[string]sandbox.Access{}
-	for _, r := range p.Rules {
-		got[r.Path] = r.Access
-	}
-	realWS, _ := filepath.EvalSymlinks(ws)
-	want := map[string]sandbox.Access{"/": sandbox.Read, realWS: sandbox.Write, "/tmp": sandbox.Write,
-		realWS + "/sub": sandbox.Write, realWS + "/.git": sandbox.Read}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("rule %s = %v, want %v (all: %v)", k, got[k], v, got)
-		}
-	}
-	if _, ok := got[realWS+"/.agents"]; ok {
-		t.Errorf("missing .agents with skip must be dropped")
-	}
-	missing := &wire.Sandbox{Managed: true, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{{Kind: "path", Path: ws + "/nope", Access: "read"}}}}
-	if _, werr := ResolveSandbox(missing, ws, nil); werr == nil || !strings.Contains(werr.Message, "entries[0]") {
-		t.Errorf("missing path without skip: %v", werr)
-	}
-	rel := &wire.Sandbox{Managed: true, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{{Kind: "path", Path: "rel/x", Access: "read"}}}}
-	if _, werr := ResolveSandbox(rel, ws, nil); werr == nil || werr.Code != wire.CodeInvalidParams {
-		t.Errorf("relative path: %v", werr)
-	}
-	glob := &wire.Sandbox{Managed: true, WorkspaceRoots: []string{ws}, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
-		{Kind: "special", Special: "root", Access: "read"}, {Kind: "glob_pattern", Pattern: "**/*.txt", Access: "deny"}}}}
-	p, werr = ResolveSandbox(glob, ws, nil)
-	if werr != nil || len(p.Rules) != 2 || p.Rules[1].Path != realWS+"/secret.txt" || p.Rules[1].Access != sandbox.Deny {
-		t.Errorf("glob deny: %+v %v", p, werr)
-	}
-}
-
 // TestLimits: a memory hog is killed and reported as such; a fork burst
 // is bounded by pids; a file-size limit is reported.
 func TestLimits(t *testing.T) {
@@ -366,7 +326,7 @@ func TestSandboxSwapRace(t *testing.T) {
 		rec := newRecorder(64)
 		spec := Spec{Argv: []string{"/bin/sh", "-c", fmt.Sprintf("echo x > %s/f%d", ws, i)}, Dir: "/", Env: []string{"PATH=/usr/bin:/bin"}, Sandbox: p}
 		if _, err := sup.Spawn(fmt.Sprintf("race%d", i), spec, rec.sub()); err != nil {
-			if !strings.Contains(err.Error(), "changed during the start") && !strings.Contains(err.Error(), "no such file") {
+			if !strings.Contains(err.Error(), "changed during the start") && !strings.Contains(err.Error(), "no such file") && !strings.Contains(err.Error(), "symbolic link") {
 				t.Errorf("start %d failed unclearly: %v", i, err)
 			}
 			refused++
@@ -384,5 +344,52 @@ func TestSandboxSwapRace(t *testing.T) {
 	t.Logf("%d swaps; %d starts ran confined, %d refused", n, ran, refused)
 	if n == 0 {
 		t.Errorf("the swapper never swapped: the race was not run")
+	}
+}
+
+// TestSandboxPTYAndCwd: a sandboxed command on a PTY keeps its terminal
+// (it is the session leader with a controlling tty, its exit code intact);
+// a cwd the policy hides fails the start with a clear error.
+func TestSandboxPTYAndCwd(t *testing.T) {
+	sup := newIsoSupervisor(t)
+	ws, outside := workspace(t)
+	rec := newRecorder(256)
+	spec := Spec{Argv: []string{"/usr/bin/bash", "-c", `tty; test -t 0 && echo stdin-is-tty; ps -o sid= -p $$ | tr -d ' '; echo pid $$; exit 5`},
+		Dir: ws, Env: []string{"PATH=/usr/bin:/bin"}, TTY: true, Sandbox: wsPolicy(ws, false)}
+	ref, err := sup.Spawn("pty", spec, rec.sub())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	code := -1
+	for _, ev := range rec.untilClosed(t, 10*time.Second) {
+		switch ev.Kind {
+		case EventOutput:
+			out += string(ev.Data)
+		case EventExited:
+			code = ev.ExitCode
+		}
+	}
+	if !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "stdin-is-tty") || code != 5 {
+		t.Errorf("sandboxed PTY: code %d, output %q", code, out)
+	}
+	if !strings.Contains(out, fmt.Sprintf("pid %d", ref.Pid())) {
+		t.Errorf("the command does not have the helper's pid %d: %q", ref.Pid(), out)
+	}
+	if !strings.Contains(out, fmt.Sprintf("%d\r\n", ref.Pid())) {
+		t.Errorf("the command is not its own session leader (sid %d): %q", ref.Pid(), out)
+	}
+	// cwd outside what the policy lets it read.
+	hidden := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/usr", Access: sandbox.Read}, {Path: "/etc", Access: sandbox.Read}}}
+	// A rule through a symlink is refused up front (usrmerge: /lib -> usr/lib).
+	if real, _ := filepath.EvalSymlinks("/lib"); real != "/lib" {
+		bad := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/lib", Access: sandbox.Read}}}
+		if _, err := sup.Spawn("link", Spec{Argv: []string{"/usr/bin/true"}, Dir: "/", Sandbox: bad}, nil); err == nil || !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("rule through a symlink: %v", err)
+		}
+	}
+	_, err = sup.Spawn("cwd", Spec{Argv: []string{"/usr/bin/bash", "-c", "true"}, Dir: outside, Env: []string{"PATH=/usr/bin:/bin"}, Sandbox: hidden}, nil)
+	if err == nil || !strings.Contains(err.Error(), "working directory") || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("hidden cwd: %v", err)
 	}
 }

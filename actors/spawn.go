@@ -35,6 +35,8 @@ type Spec struct {
 	Sandbox *sandbox.Policy
 	// Limits bound the whole tree (cgroups where possible, else rlimits).
 	Limits contain.Limits
+	// Metadata, if set, is kept with the process (see ProcessRef.Metadata).
+	Metadata *Metadata
 }
 
 // Isolation is what the supervisor spawns with: the probed sandbox host

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors/fsops"
+	"github.com/runtimed/runtimed/actors/hostenv"
+	"github.com/runtimed/runtimed/wire"
 )
 
 // Config configures a Supervisor. Zero values are replaced by defaults in
@@ -30,9 +33,24 @@ type Config struct {
 	// applied to starts that carry no sandbox; RequireSandbox refuses them.
 	DefaultSandbox string
 	RequireSandbox bool
-	Logger         *zap.Logger
+	// Environment is the host as environment/info reports it (collected
+	// once by package runtime), and Capabilities the optional features the
+	// server provides (its capabilities map).
+	Environment  hostenv.Info
+	Capabilities wire.Capabilities
+	// HTTP configures http/request.
+	HTTP   HTTPConfig
+	Logger *zap.Logger
 	// Metrics receives measurements (nil: none are taken).
 	Metrics Metrics
+}
+
+// HTTPConfig configures http/request.
+type HTTPConfig struct {
+	// Enabled: when false, http/request is refused (-32602).
+	Enabled bool
+	// MaxBodyBytes caps a buffered (not streamed) response body.
+	MaxBodyBytes int64
 }
 
 // Supervisor owns the registry actor and tracks every goroutine the actors
@@ -46,9 +64,14 @@ type Supervisor struct {
 
 	stopOnce, killOnce sync.Once
 	stopCh, killCh     chan struct{} // closed once by Stop/Kill (their only owner)
+	// startMu orders starting an actor's goroutines against Stop: once Stop
+	// has returned, Spawn adds nothing to wg (Wait may be running). Held
+	// only around the stopped check and the wg.Go calls, never during I/O.
+	startMu sync.Mutex
 
 	wg       sync.WaitGroup
 	registry *registry
+	envInfo  *wire.EnvironmentInfo // immutable: the answer of environment/info
 }
 
 // NewSupervisor starts a supervisor and its session registry.
@@ -65,6 +88,8 @@ func NewSupervisor(cfg Config) *Supervisor {
 		stopCh:  make(chan struct{}),
 		killCh:  make(chan struct{}),
 	}
+	info := environmentInfo(cfg.Environment, cfg.Capabilities)
+	s.envInfo = &info
 	s.registry = newRegistry(s)
 	s.wg.Go(s.registry.run)
 	return s
@@ -76,6 +101,44 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 	if s.stopped() {
 		return nil, ErrStopped
 	}
+	sess, err := s.startOS(spec)
+	if err != nil {
+		return nil, err
+	}
+	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, spec.Metadata, nil)
+	if ref == nil {
+		s.metrics.ProcessExited(EndTerminated)
+		discardSession(sess) // stopped while the child was being started
+		return nil, ErrStopped
+	}
+	return ref, nil
+}
+
+// SpawnListening is Spawn with a lag-mode listener (see Subscription)
+// registered before the child can produce anything: Live carries every
+// event from seq 1, even if the process is forgotten before anyone reads
+// it (closed retention 0).
+func (s *Supervisor) SpawnListening(id string, spec Spec, capacity int) (*ProcessRef, <-chan Event, error) {
+	if s.stopped() {
+		return nil, nil, ErrStopped
+	}
+	sess, err := s.startOS(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	live := make(chan Event, max(capacity, listenerEndingRoom+1))
+	ref := s.spawn(id, spec.Argv, spec.TTY, sess, nil, spec.Timeout, spec.Metadata, live)
+	if ref == nil {
+		s.metrics.ProcessExited(EndTerminated)
+		discardSession(sess)
+		return nil, nil, ErrStopped
+	}
+	return ref, live, nil
+}
+
+// startOS starts the child and measures it: a started process is counted
+// (its actor reports the exit), a failed start too.
+func (s *Supervisor) startOS(spec Spec) (Session, error) {
 	t0 := time.Now()
 	sess, err := startOS(spec, s.cfg.Isolation)
 	if err != nil {
@@ -83,24 +146,50 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 		return nil, err
 	}
 	s.metrics.ProcessStarted(time.Since(t0))
-	return s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout), nil
+	return sess, nil
+}
+
+// discardSession kills and reaps a started child that no actor will own.
+func discardSession(sess Session) {
+	_ = sess.Signal(syscall.SIGKILL)
+	sess.CloseOutputs()
+	if sess.HasStdin() {
+		_ = sess.CloseStdin()
+	}
+	sess.Wait()
+	sess.Release()
 }
 
 // SpawnSession starts a process actor around an already started session
-// (tests pass a fake one).
+// (tests pass a fake one). It returns nil once the supervisor has stopped.
 func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Session, sub *Subscriber) *ProcessRef {
 	s.metrics.ProcessStarted(0)
-	return s.spawn(id, argv, tty, sess, sub, 0)
+	ref := s.spawn(id, argv, tty, sess, sub, 0, nil, nil)
+	if ref == nil {
+		s.metrics.ProcessExited(EndTerminated)
+	}
+	return ref
 }
 
-func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration) *ProcessRef {
+// spawn starts the actor around sess; nil when the supervisor has stopped.
+func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration, meta *Metadata, listener chan Event) *ProcessRef {
 	log := s.log.Named("proc").With(zap.String("process_id", id), zap.Int("pid", sess.Pid()))
 	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
+	ref.meta = meta // immutable from here: set before any goroutine sees ref
+	if listener != nil {
+		p.listeners = append(p.listeners, listener) // before run starts: its goroutine owns it from then on
+	}
 	if timeout > 0 {
 		p.timeoutAt = time.Now().Add(timeout)
 	}
+	s.startMu.Lock()
+	if s.stopped() {
+		s.startMu.Unlock()
+		return nil
+	}
 	p.startHelpers(&s.wg)
 	s.wg.Go(func() { p.run(s.stopCh, s.killCh) })
+	s.startMu.Unlock()
 	log.Debug("process started", zap.Strings("argv", argv), zap.Bool("tty", tty))
 	return ref
 }
@@ -117,7 +206,13 @@ func (s *Supervisor) stopped() bool {
 // Stop begins a graceful stop: no new processes; every process gets
 // SIGTERM (SIGHUP on a PTY) and SIGKILL after the shutdown grace; actors
 // exit once their process is closed.
-func (s *Supervisor) Stop() { s.stopOnce.Do(func() { close(s.stopCh) }) }
+func (s *Supervisor) Stop() {
+	s.stopOnce.Do(func() {
+		s.startMu.Lock()
+		close(s.stopCh)
+		s.startMu.Unlock()
+	})
+}
 
 // Kill stops at once: SIGKILL to every process group.
 func (s *Supervisor) Kill() {

@@ -118,6 +118,12 @@ func TestImportLayering(t *testing.T) {
 	}
 }
 
+// osMechanism are the small packages under actors/ that wrap one OS
+// mechanism; the actors call them, never the other way round.
+var osMechanism = map[string]bool{
+	"actors/sandbox": true, "actors/contain": true, "actors/hostenv": true, "actors/httpreq": true,
+}
+
 // checkImport returns why importing imp from a package of layer from is
 // not allowed, or "".
 func checkImport(path, from string, fromRank int, imp string, test bool) string {
@@ -127,6 +133,9 @@ func checkImport(path, from string, fromRank int, imp string, test bool) string 
 	to, toRank, ok := layer(imp)
 	if !ok {
 		return "imports a package outside the known layers"
+	}
+	if !test && osMechanism[strings.TrimPrefix(path, modulePath+"/")] {
+		return "an OS mechanism package (" + path + ") knows nothing of actors or the wire: it imports no project package"
 	}
 	switch {
 	case to == "cmd":
@@ -182,6 +191,12 @@ func TestImportLayeringRules(t *testing.T) {
 		{m("actors"), m("wire/wiretest"), false, false},
 		{m("runtime"), m("wire/wiretest"), false, false},
 		{m("actors"), m("runtime"), true, false},
+		{m("actors"), m("actors/sandbox"), false, true},
+		{m("actors/policy"), m("actors/sandbox"), false, true},
+		{m("actors/sandbox"), m("wire"), false, false},
+		{m("actors/contain"), m("actors/sandbox"), false, false},
+		{m("actors/httpreq"), m("actors"), false, false},
+		{m("actors/sandbox"), "golang.org/x/sys/unix", false, true},
 	}
 	for _, c := range cases {
 		from, rank, ok := layer(c.from)

@@ -42,6 +42,16 @@ type Spec struct {
 	Sandbox *Sandbox
 	// Limits bound the whole process tree; the zero value sets none.
 	Limits Limits
+	// Metadata, if set, attributes the process to a thread and tool call;
+	// List shows it.
+	Metadata *Metadata
+}
+
+// Metadata attributes a process to a client's thread and tool call
+// (process/start's metadata). Empty fields are not sent.
+type Metadata struct {
+	ThreadID   string
+	ToolCallID string
 }
 
 // Size is a terminal size.
@@ -149,7 +159,24 @@ var (
 	ErrNotPTY = errors.New("runtime: process is not attached to a PTY")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("runtime: backend closed")
+	// ErrProcessFailed: the runtime failed the process after an internal
+	// error (a recovered panic in its actor); its tree was killed. Errors
+	// matching it are *ProcessError.
+	ErrProcessFailed = errors.New("runtime: process failed")
 )
+
+// ProcessError is the failure of one process inside the runtime (not the
+// process's own exit): Wait, the other methods and the event stream
+// report it once it happened. It matches ErrProcessFailed.
+type ProcessError struct {
+	ID      string
+	Message string // what the runtime reported
+}
+
+func (e *ProcessError) Error() string { return "runtime: " + e.Message }
+
+// Is makes errors.Is(err, ErrProcessFailed) hold.
+func (e *ProcessError) Is(target error) bool { return target == ErrProcessFailed }
 
 // RPCError is an error answered by a server.
 type RPCError struct {

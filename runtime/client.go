@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -304,6 +302,10 @@ type catchUpMsg struct {
 	id  string
 	res wire.ReadResult
 }
+type dropHistMsg struct {
+	id string
+	rp *rproc
+}
 
 func (callMsg) isClientMsg()            {}
 func (cancelCallMsg) isClientMsg()      {}
@@ -317,6 +319,7 @@ func (registerProcMsg) isClientMsg()    {}
 func (forgetProcMsg) isClientMsg()      {}
 func (subscribeRemoteMsg) isClientMsg() {}
 func (catchUpMsg) isClientMsg()         {}
+func (dropHistMsg) isClientMsg()        {}
 
 type callResult struct {
 	result json.RawMessage
@@ -329,34 +332,6 @@ type pendingCall struct {
 	method string
 	reply  chan<- callResult
 	resent bool
-}
-
-type remoteSub struct {
-	live      <-chan actors.Event
-	upto      uint64 // the first seq live will carry
-	exited    bool
-	exitSeq   uint64
-	exitCode  int
-	closed    bool
-	closedSeq uint64
-	err       error
-}
-
-// rproc is the client's view of one remote process, owned by run. Only
-// done, exitCode and failure are read by others, after done is closed.
-type rproc struct {
-	id        string
-	next      uint64 // next seq to deliver
-	reorder   map[uint64]actors.Event
-	exited    bool
-	exitSeq   uint64
-	exitCode  int
-	limit     string // the resource limit that ended it (from process/exited)
-	closed    bool
-	closedSeq uint64
-	listeners []chan actors.Event
-	done      chan struct{}
-	failure   error
 }
 
 // clientState is owned by the client actor goroutine (run).
@@ -507,6 +482,10 @@ func (st *clientState) run() {
 			m.reply <- st.subscribe(m.id)
 		case catchUpMsg:
 			st.catchUp(m.id, m.res)
+		case dropHistMsg:
+			if rp := st.procs[m.id]; rp == m.rp {
+				rp.hist, rp.histSize, rp.histFrom = nil, 0, 0
+			}
 		}
 	}
 }
@@ -525,6 +504,9 @@ func (st *clientState) latch(err error) {
 		delete(st.pending, id)
 	}
 	for _, rp := range st.procs {
+		if rp.histTimer != nil {
+			rp.histTimer.Stop()
+		}
 		if !rp.closed {
 			rp.failure = err
 			close(rp.done)
@@ -559,216 +541,6 @@ func (st *clientState) inbound(msg wire.Message) {
 		p.reply <- callResult{result: msg.Result, resent: p.resent}
 	case wire.KindNotification:
 		st.notification(msg)
-	}
-}
-
-func (st *clientState) notification(msg wire.Message) {
-	switch msg.Method {
-	case wire.NotifyProcessOutput:
-		var n wire.OutputNotification
-		if json.Unmarshal(msg.Params, &n) == nil {
-			st.output(n)
-		}
-	case wire.NotifyProcessExited:
-		var n wire.ExitedNotification
-		if json.Unmarshal(msg.Params, &n) != nil {
-			return
-		}
-		if rp := st.procs[n.ProcessID]; rp != nil {
-			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventExited, Seq: n.Seq, ExitCode: n.ExitCode, Limit: n.Limit})
-		}
-	case wire.NotifyProcessClosed:
-		var n wire.ClosedNotification
-		if json.Unmarshal(msg.Params, &n) != nil {
-			return
-		}
-		if rp := st.procs[n.ProcessID]; rp != nil {
-			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventClosed, Seq: n.Seq})
-		}
-	}
-}
-
-func (st *clientState) output(n wire.OutputNotification) {
-	if rp := st.procs[n.ProcessID]; rp != nil {
-		st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventOutput, Seq: n.Seq, Stream: streamOf(n.Stream), Data: n.Chunk})
-	}
-}
-
-func streamOf(s string) actors.Stream {
-	switch s {
-	case wire.StreamStderr:
-		return actors.Stderr
-	case wire.StreamPTY:
-		return actors.PTY
-	}
-	return actors.Stdout
-}
-
-// deliver orders events by seq: duplicates are dropped, early ones wait.
-func (st *clientState) deliver(rp *rproc, ev actors.Event) {
-	last := ev.Seq
-	if ev.Kind == actors.EventGap {
-		last = ev.To
-	}
-	if last < rp.next || rp.closed {
-		return
-	}
-	if ev.Seq > rp.next {
-		if rp.reorder == nil {
-			rp.reorder = map[uint64]actors.Event{}
-		}
-		if len(rp.reorder) < reorderLimit {
-			rp.reorder[ev.Seq] = ev
-		}
-		return
-	}
-	st.emit(rp, ev)
-	for {
-		nx, ok := rp.reorder[rp.next]
-		if !ok {
-			break
-		}
-		delete(rp.reorder, rp.next)
-		st.emit(rp, nx)
-	}
-}
-
-func (st *clientState) emit(rp *rproc, ev actors.Event) {
-	if ev.Kind == actors.EventGap {
-		if ev.Seq < rp.next {
-			ev.Seq = rp.next
-		}
-		rp.next = ev.To + 1
-	} else {
-		rp.next = ev.Seq + 1
-	}
-	switch ev.Kind {
-	case actors.EventExited:
-		rp.exited, rp.exitSeq, rp.exitCode = true, ev.Seq, ev.ExitCode
-		if ev.Limit != "" {
-			rp.limit = ev.Limit
-		}
-	case actors.EventClosed:
-		rp.closed, rp.closedSeq = true, ev.Seq
-	}
-	kept := rp.listeners[:0]
-	for _, l := range rp.listeners {
-		select {
-		case l <- ev:
-			kept = append(kept, l)
-		default:
-			close(l) // lagged: the subscriber resubscribes from its seq
-		}
-	}
-	clear(rp.listeners[len(kept):])
-	rp.listeners = kept
-	if rp.closed {
-		for _, l := range rp.listeners {
-			close(l)
-		}
-		rp.listeners = nil
-		rp.reorder = nil
-		close(rp.done)
-	}
-}
-
-func (st *clientState) subscribe(id string) remoteSub {
-	if st.latched {
-		return remoteSub{err: st.c.cause}
-	}
-	rp := st.procs[id]
-	if rp == nil {
-		return remoteSub{err: ErrUnknownProcess}
-	}
-	live := make(chan actors.Event, liveQueueCap)
-	if rp.closed {
-		close(live)
-	} else {
-		rp.listeners = append(rp.listeners, live)
-	}
-	return remoteSub{live: live, upto: rp.next, exited: rp.exited, exitSeq: rp.exitSeq, exitCode: rp.exitCode, closed: rp.closed, closedSeq: rp.closedSeq}
-}
-
-// resume runs on the actor after a reconnect: resend unanswered requests
-// (writes keep their writeId) and catch every open process up.
-func (st *clientState) resume() {
-	c := st.c
-	ids := make([]int64, 0, len(st.pending))
-	for id, p := range st.pending {
-		p.resent = true
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	frames := make([][]byte, len(ids))
-	for i, id := range ids {
-		frames[i] = st.pending[id].frame
-	}
-	stop := st.stopIO
-	c.wg.Go(func() {
-		for _, f := range frames {
-			select {
-			case c.outbound <- f:
-			case <-stop:
-				return
-			}
-		}
-	})
-	for _, rp := range st.procs {
-		if rp.closed {
-			continue
-		}
-		id, after := rp.id, rp.next-1
-		c.wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			var res wire.ReadResult
-			if err := c.call(ctx, wire.MethodProcessRead, wire.ReadParams{ProcessID: id, AfterSeq: after}, &res); err != nil {
-				c.log.Warn("catch-up read failed", zap.String("process_id", id), zap.Error(err))
-				return
-			}
-			c.toActor(catchUpMsg{id: id, res: res})
-		})
-	}
-}
-
-// catchUp feeds a catch-up read into the seq order. Exit and close are
-// inferred: closed holds the highest seq; the exit is the one seq that is
-// neither output nor close (if output was evicted too, the gap is reported).
-func (st *clientState) catchUp(id string, res wire.ReadResult) {
-	rp := st.procs[id]
-	if rp == nil || rp.closed {
-		return
-	}
-	have := map[uint64]bool{}
-	for _, ch := range res.Chunks {
-		have[ch.Seq] = true
-		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventOutput, Seq: ch.Seq, Stream: streamOf(ch.Stream), Data: ch.Chunk})
-	}
-	top := res.NextSeq // first unassigned seq
-	var closedSeq uint64
-	if res.Closed && top > 0 {
-		closedSeq = top - 1
-	}
-	var missing []uint64
-	for s := rp.next; s < top; s++ {
-		if !have[s] && s != closedSeq {
-			missing = append(missing, s)
-		}
-	}
-	if res.Exited && !rp.exited && len(missing) > 0 {
-		exitSeq := missing[len(missing)-1]
-		missing = missing[:len(missing)-1]
-		for _, s := range missing {
-			st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventGap, Seq: s, To: s})
-		}
-		code := 0
-		if res.ExitCode != nil {
-			code = *res.ExitCode
-		}
-		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventExited, Seq: exitSeq, ExitCode: code})
-	}
-	if closedSeq > 0 {
-		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventClosed, Seq: closedSeq})
 	}
 }
 
@@ -939,6 +711,7 @@ func (c *Client) Start(ctx context.Context, spec Spec) (Process, error) {
 		params.Sandbox = raw
 	}
 	params.Limits = spec.Limits.wire()
+	params.Metadata = wireMetadata(spec.Metadata)
 	if r := c.callResult(ctx, wire.MethodProcessStart, params); r.err != nil {
 		var re *RPCError
 		if !(r.resent && errors.As(r.err, &re) && re.Message == wire.ErrProcessExists(spec.ID).Message) {
@@ -960,6 +733,7 @@ type ProcessInfo struct {
 	State    string // "starting", "running", "exited" or "closed"
 	ExitCode *int
 	NextSeq  uint64
+	Metadata *Metadata // as given to Start, or nil
 }
 
 // List returns the processes of the client's session.
@@ -971,6 +745,9 @@ func (c *Client) List(ctx context.Context) ([]ProcessInfo, error) {
 	out := make([]ProcessInfo, len(res.Processes))
 	for i, p := range res.Processes {
 		out[i] = ProcessInfo{ID: p.ProcessID, Pid: p.PID, Argv: p.Argv, TTY: p.TTY, State: p.State, ExitCode: p.ExitCode, NextSeq: p.NextSeq}
+		if m := p.Metadata; m != nil {
+			out[i].Metadata = &Metadata{ThreadID: deref(m.ThreadID), ToolCallID: deref(m.ToolCallID)}
+		}
 	}
 	return out, nil
 }
@@ -1069,59 +846,4 @@ func (p *remoteProcess) Done() <-chan struct{} { return p.rp.done }
 
 func (p *remoteProcess) Events(ctx context.Context) (*EventStream, error) {
 	return newEventStream(ctx, p.subscribe)
-}
-
-// subscribe registers a live queue on the client actor, then fetches the
-// history before it with process/read; seq addressing makes the two meet
-// without gap or duplicate.
-func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscription, error) {
-	reply := make(chan remoteSub, 1)
-	select {
-	case p.c.mbox <- subscribeRemoteMsg{id: p.id, reply: reply}:
-	case <-p.c.failed:
-		return subscription{}, p.c.cause
-	case <-ctx.Done():
-		return subscription{}, ctx.Err()
-	}
-	var rs remoteSub
-	select {
-	case rs = <-reply:
-	case <-p.c.failed:
-		return subscription{}, p.c.cause
-	}
-	if rs.err != nil {
-		return subscription{}, rs.err
-	}
-	var history []actors.Event
-	if after+1 < rs.upto {
-		res, err := p.Read(ctx, after, 0, 0)
-		if err != nil {
-			return subscription{}, err
-		}
-		var evs []actors.Event
-		for _, ch := range res.Chunks {
-			if ch.Seq < rs.upto {
-				evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventOutput, Seq: ch.Seq, Stream: streamOf(string(ch.Stream)), Data: ch.Data})
-			}
-		}
-		if rs.exited && rs.exitSeq > after && rs.exitSeq < rs.upto {
-			evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventExited, Seq: rs.exitSeq, ExitCode: rs.exitCode})
-		}
-		if rs.closed && rs.closedSeq > after && rs.closedSeq < rs.upto {
-			evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventClosed, Seq: rs.closedSeq})
-		}
-		sort.Slice(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
-		cur := after + 1
-		for _, ev := range evs {
-			if ev.Seq > cur {
-				history = append(history, actors.Event{ProcessID: p.id, Kind: actors.EventGap, Seq: cur, To: ev.Seq - 1})
-			}
-			history = append(history, ev)
-			cur = ev.Seq + 1
-		}
-		if cur < rs.upto {
-			history = append(history, actors.Event{ProcessID: p.id, Kind: actors.EventGap, Seq: cur, To: rs.upto - 1})
-		}
-	}
-	return subscription{history: history, live: rs.live}, nil
 }

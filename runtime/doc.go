@@ -18,8 +18,13 @@
 //	st, err := p.Wait(ctx)       // like exec.Cmd.Wait, callable many times
 //
 // A Server is used like net/http's: NewServer(cfg), Serve(listener) or
-// ServeTransport(t, resumable), Shutdown(ctx) to stop gracefully (children
-// get SIGTERM, then SIGKILL after Config.ShutdownGrace), Close to stop now.
+// ServeTransport(t, resumable), Shutdown(ctx) to stop gracefully, Close to
+// stop now. Shutdown stops accepting, terminates every process tree
+// (SIGTERM, SIGKILL after Config.ShutdownGrace), waits until each process
+// has handed its ending (exited, closed) to its connection, then ends the
+// connections, whose writers flush what they hold (bounded, 250 ms) before
+// closing; past ctx it kills at once. Close ends the connections first and
+// then kills, so a client sees its connection drop, never the kill.
 //
 // TLS: serve on tls.NewListener(l, r.TLSConfig()) with a [CertReloader] r
 // (run r.Run in a goroutine; r.Reload on SIGHUP); clients Dial a wss://
@@ -30,8 +35,18 @@
 // docs/operations.md lists the metrics.
 //
 // Defaults (a zero Config means all of them): detach TTL 30 s, retention
-// 1 MiB and 50 000 chunks per process, closed processes kept 30 s,
-// shutdown grace 2 s, inbound messages up to 64 MiB.
+// 1 MiB and 50 000 chunks per process, closed processes kept 30 s (from
+// the moment their ending was delivered; a negative ClosedRetention
+// forgets them right after delivery), shutdown grace 2 s, inbound
+// messages up to 64 MiB, http/request enabled with buffered bodies up to
+// 16 MiB.
+//
+// Both backends answer EnvironmentInfo(ctx): the machine's login shell,
+// runtimed's version, a stable provider id, directories (native paths) and
+// the capabilities the build provides. Which capabilities are true is
+// decided in one place, the capabilities function in environment.go; a
+// Client asks the server (environment/info). Spec.Metadata (thread and
+// tool call) is kept with the process and shown by List.
 //
 // # Concurrency
 //
@@ -60,7 +75,22 @@
 // within ReconnectWindow, re-initializes with the session id, catches each
 // open process up with process/read from its last delivered seq, and
 // resends unanswered requests (writes keep their writeId, so the server
-// applies each once). Only if that fails does it latch.
+// applies each once). Only if that fails does it latch. Output the server
+// evicted while the client was away comes as an [EventGap].
+//
+// Process failure: if the runtime fails one process (an internal error: a
+// recovered panic in its actor; the tree is killed), its Wait returns a
+// [*ProcessError] matching [ErrProcessFailed] and its event streams end
+// with an EventFailed carrying it; Local's other methods return it too,
+// a Client's requests about it get the server's -32603 [*RPCError]. Every
+// other process, connection and caller is unaffected.
+//
+// Endings: Wait always returns (the exit status, a *ProcessError, or the
+// latched disconnect). A subscriber that keeps up always gets exited and
+// closed: queues keep room for them. A subscriber made right after Start
+// sees every event from seq 1 even if the process was already forgotten
+// (Local registers its first subscriber's queue at spawn; a Client keeps
+// its own history, below).
 //
 // Dial refuses a URL that is not ws:// or wss:// with [ErrBadURL] (the
 // message suggests the fix) and a 401 with [ErrUnauthorized]. A TLS pair
@@ -69,11 +99,17 @@
 //
 // # Backpressure
 //
-// Every EventStream has its own bounded queue (256 events). The producer
-// never blocks on it: when it is full the queue is dropped, the stream
-// yields an [EventLagged] marker and re-reads what it missed from retained
-// history, so the subscriber still sees every seq exactly once, or an
-// [EventGap] for output that retention evicted meanwhile. A Client's
+// Every EventStream has its own bounded queue (256 events; Local's first
+// one 16). The producer never blocks on it: when it is full the queue is
+// dropped, the stream yields an [EventLagged] marker and re-reads what it
+// missed from retained history, so the subscriber still sees every seq
+// exactly once, or an [EventGap] for output that retention evicted
+// meanwhile. A Client keeps its own history of each process's newest
+// events (256 KiB of output, 4096 events, dropped 10 s after the process
+// closed) and recovers a lagged or late subscriber from it before it asks
+// the server; a subscriber further behind than that, on a server that has
+// already forgotten the process, ends with an EventFailed (reported, not
+// silent). A Client's
 // requests go through one bounded queue (256) to its writer; callers wait
 // with their ctx. The server side's policies are in package actors.
 package runtime

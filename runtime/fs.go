@@ -35,6 +35,43 @@ type FileSystem interface {
 	// (one fs/writeFile, so the file must fit in a message: 64 MiB less
 	// base64 overhead by default).
 	Create(ctx context.Context, path string) io.WriteCloser
+	// Walk lists what lies under path, breadth first, within opts's
+	// limits (fs/walk). Paths come back in the form path has (native or
+	// file: URI).
+	Walk(ctx context.Context, path string, opts WalkOptions) (WalkResult, error)
+}
+
+// WalkOptions bound a Walk. MaxDepth 0 lists path's entries only;
+// MaxDirectories counts the directories read, path included; MaxEntries
+// the entries examined. Zero MaxDirectories or MaxEntries is an error;
+// the maxima are 64, 10 000 and 50 000.
+type WalkOptions struct {
+	MaxDepth, MaxDirectories, MaxEntries int
+	// FollowDirectorySymlinks lists and walks links to directories (never
+	// one directory twice); otherwise links are left out.
+	FollowDirectorySymlinks bool
+	// PruneHiddenDirectories lists directories named ".*" without reading them.
+	PruneHiddenDirectories bool
+}
+
+// WalkResult is what a Walk found: regular files and directories, the
+// directories it could not read, and whether a limit cut it short.
+type WalkResult struct {
+	Entries   []WalkEntry
+	Errors    []WalkError
+	Truncated bool
+}
+
+// WalkEntry is one file or directory found by a Walk.
+type WalkEntry struct {
+	Path        string
+	IsDirectory bool // else a regular file
+}
+
+// WalkError is a directory a Walk could not read (or a link it would not
+// follow out of the allowed roots); the walk went on without it.
+type WalkError struct {
+	Path, Message string
 }
 
 // FileInfo describes what a path points to.
@@ -117,6 +154,29 @@ func (f *fsImpl) ReadDirectory(ctx context.Context, path string) ([]DirEntry, er
 
 func (f *fsImpl) Remove(ctx context.Context, path string, recursive, force bool) error {
 	return f.call(ctx, wire.MethodFsRemove, wire.FsRemoveParams{Path: path, Recursive: &recursive, Force: &force}, nil, nil)
+}
+
+func (f *fsImpl) Walk(ctx context.Context, path string, opts WalkOptions) (WalkResult, error) {
+	wo, err := json.Marshal(wire.FsWalkOptions{
+		MaxDepth: uint64(max(opts.MaxDepth, 0)), MaxDirectories: uint64(max(opts.MaxDirectories, 0)),
+		MaxEntries: uint64(max(opts.MaxEntries, 0)), FollowDirectorySymlinks: opts.FollowDirectorySymlinks,
+		PruneHiddenDirectories: opts.PruneHiddenDirectories,
+	})
+	if err != nil {
+		return WalkResult{}, err
+	}
+	var res wire.FsWalkResult
+	if err := f.call(ctx, wire.MethodFsWalk, wire.FsWalkParams{Path: path, Options: wo}, &res, nil); err != nil {
+		return WalkResult{}, err
+	}
+	out := WalkResult{Truncated: res.Truncated, Entries: make([]WalkEntry, len(res.Entries))}
+	for i, e := range res.Entries {
+		out.Entries[i] = WalkEntry{Path: e.Path, IsDirectory: e.Kind == wire.FsKindDirectory}
+	}
+	for _, e := range res.Errors {
+		out.Errors = append(out.Errors, WalkError{Path: e.Path, Message: e.Message})
+	}
+	return out, nil
 }
 
 func (f *fsImpl) Copy(ctx context.Context, src, dst string, recursive bool) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -59,6 +60,26 @@ func TestBackendFileSystem(t *testing.T) {
 		}
 		if _, err := fsys.ReadFile(ctx, "relative/path"); !errors.As(err, &re) || re.Code != wire.CodeInvalidParams || re.Message != "path must be absolute: relative/path" {
 			t.Fatalf("relative path: %v", err)
+		}
+
+		// Walk: breadth first, in the form of the path given; limits cut it.
+		wr, err := fsys.Walk(ctx, "file://"+dir, WalkOptions{MaxDepth: 5, MaxDirectories: 10, MaxEntries: 100})
+		if err != nil || wr.Truncated || len(wr.Errors) != 0 {
+			t.Fatalf("walk: %+v %v", wr, err)
+		}
+		var walked []string
+		for _, e := range wr.Entries {
+			walked = append(walked, fmt.Sprintf("%s %v", strings.TrimPrefix(e.Path, "file://"+dir), e.IsDirectory))
+		}
+		if got := strings.Join(walked, ","); got != "/a true,/bytes.bin false,/a/b true" {
+			t.Fatalf("walk: %s", got)
+		}
+		wr, err = fsys.Walk(ctx, dir, WalkOptions{MaxDepth: 5, MaxDirectories: 1, MaxEntries: 100, FollowDirectorySymlinks: true})
+		if err != nil || !wr.Truncated || len(wr.Entries) != 2 || wr.Entries[0].Path != filepath.Join(dir, "a") {
+			t.Fatalf("walk with a directory limit: %+v %v", wr, err)
+		}
+		if _, err := fsys.Walk(ctx, dir, WalkOptions{}); !errors.As(err, &re) || re.Code != wire.CodeInvalidRequest {
+			t.Fatalf("walk without limits: %v; want -32600", err)
 		}
 
 		// Streaming: a file of several blocks through Open, and back through Create.

@@ -60,6 +60,9 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 		Isolation:      iso.Isolation,
 		DefaultSandbox: cfg.DefaultSandbox,
 		RequireSandbox: cfg.RequireSandbox,
+		Environment:    hostEnvironment(),
+		Capabilities:   capabilities(cfg, iso),
+		HTTP:           actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
 		Logger:         cfg.Logger,
 	}
 }
@@ -93,7 +96,7 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		}
 	}
 	l.mu.Unlock()
-	ref, err := l.sup.Spawn(spec.ID, as, nil)
+	ref, first, err := l.sup.SpawnListening(spec.ID, as, min(firstListenerCap, liveQueueCap))
 	l.mu.Lock()
 	if err != nil {
 		delete(l.procs, spec.ID)
@@ -107,8 +110,16 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		}
 		return nil, &RPCError{Code: actors.SpawnErrorCode(err), Message: err.Error()}
 	}
-	return &localProcess{ref: ref}, nil
+	lp := &localProcess{ref: ref}
+	lp.first.Store(&first)
+	return lp, nil
 }
+
+// firstListenerCap bounds the queue of the listener each Local process
+// gets at spawn, for its first Events call (at most liveQueueCap too): it
+// holds at most this many events (with their output) until then; if it
+// fills first, that subscriber lags and re-reads retained history.
+const firstListenerCap = 16
 
 // actorSpec validates spec as process/start would.
 func actorSpec(spec Spec) (actors.Spec, error) {
@@ -131,7 +142,8 @@ func actorSpec(spec Spec) (actors.Spec, error) {
 	return actors.Spec{
 		Argv: spec.Argv, Arg0: spec.Arg0, Dir: filepath.Clean(dir), TTY: spec.TTY, PipeStdin: spec.PipeStdin,
 		Rows: spec.Size.Rows, Cols: spec.Size.Cols,
-		Env: actors.BuildEnv(actors.ServerEnv(), policy, spec.Env),
+		Env:      actors.BuildEnv(actors.ServerEnv(), policy, spec.Env),
+		Metadata: actorMetadata(spec.Metadata),
 	}, nil
 }
 
@@ -157,22 +169,44 @@ func (l *Local) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-type localProcess struct{ ref *actors.ProcessRef }
+type localProcess struct {
+	ref *actors.ProcessRef
+	// first is the listener registered at spawn; the first Events takes
+	// it (so it sees every event from seq 1 even if the process was
+	// forgotten meanwhile: closed retention 0).
+	first atomic.Pointer[<-chan actors.Event]
+}
 
 func (p *localProcess) ID() string { return p.ref.ID() }
 
-// actorErr maps actor errors to the API's.
-func actorErr(err error) error {
+// actorErr maps actor errors to the API's: a failed process reports its
+// *ProcessError, an ended actor ErrUnknownProcess.
+func (p *localProcess) actorErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if f := p.failure(); f != nil {
+		return f
+	}
 	if errors.Is(err, actors.ErrStopped) {
 		return ErrUnknownProcess
 	}
 	return err
 }
 
+// failure returns the process's *ProcessError if its actor failed.
+func (p *localProcess) failure() error {
+	var f *actors.ProcessFailedError
+	if errors.As(p.ref.Failure(), &f) {
+		return &ProcessError{ID: f.ID, Message: f.Error()}
+	}
+	return nil
+}
+
 func (p *localProcess) Write(ctx context.Context, b []byte) error {
 	res, err := p.ref.Write(ctx, b, "")
 	if err != nil {
-		return actorErr(err)
+		return p.actorErr(err)
 	}
 	if res.Err != nil {
 		return &RPCError{Code: wire.CodeInternal, Message: res.Err.Error()}
@@ -186,7 +220,7 @@ func (p *localProcess) Write(ctx context.Context, b []byte) error {
 func (p *localProcess) CloseStdin(ctx context.Context) error {
 	if err := p.ref.CloseStdin(ctx); err != nil {
 		if errors.Is(err, actors.ErrStopped) {
-			return ErrUnknownProcess
+			return p.actorErr(err)
 		}
 		return &RPCError{Code: wire.CodeInternal, Message: "stdin failure: " + err.Error()}
 	}
@@ -198,7 +232,7 @@ func (p *localProcess) Resize(ctx context.Context, rows, cols uint16) error {
 	if errors.Is(err, actors.ErrNotPTY) {
 		return ErrNotPTY
 	}
-	return actorErr(err)
+	return p.actorErr(err)
 }
 
 func (p *localProcess) Signal(ctx context.Context, sig Signal) error {
@@ -208,7 +242,7 @@ func (p *localProcess) Signal(ctx context.Context, sig Signal) error {
 	}
 	err := p.ref.Signal(ctx, s)
 	if errors.Is(err, actors.ErrStopped) {
-		return nil
+		return p.failure()
 	}
 	return err
 }
@@ -216,7 +250,7 @@ func (p *localProcess) Signal(ctx context.Context, sig Signal) error {
 func (p *localProcess) Terminate(ctx context.Context, grace time.Duration) (bool, error) {
 	running, err := p.ref.Terminate(ctx, grace)
 	if errors.Is(err, actors.ErrStopped) {
-		return false, nil
+		return false, p.failure()
 	}
 	return running, err
 }
@@ -224,7 +258,7 @@ func (p *localProcess) Terminate(ctx context.Context, grace time.Duration) (bool
 func (p *localProcess) Read(ctx context.Context, after uint64, maxBytes int, wait time.Duration) (ReadResult, error) {
 	r, err := p.ref.Read(ctx, after, maxBytes, wait)
 	if err != nil {
-		return ReadResult{}, actorErr(err)
+		return ReadResult{}, p.actorErr(err)
 	}
 	out := ReadResult{NextSeq: r.NextSeq, Exited: r.Exited, ExitCode: r.ExitCode, Closed: r.Closed, Chunks: make([]Chunk, len(r.Chunks))}
 	for i, c := range r.Chunks {
@@ -236,6 +270,9 @@ func (p *localProcess) Read(ctx context.Context, after uint64, maxBytes int, wai
 func (p *localProcess) Wait(ctx context.Context) (ExitStatus, error) {
 	select {
 	case <-p.ref.Closed():
+		if f := p.failure(); f != nil {
+			return ExitStatus{}, f
+		}
 		return ExitStatus{Code: p.ref.ExitCode(), Limit: p.ref.Limit()}, nil
 	case <-ctx.Done():
 		return ExitStatus{}, ctx.Err()
@@ -245,10 +282,24 @@ func (p *localProcess) Wait(ctx context.Context) (ExitStatus, error) {
 func (p *localProcess) Done() <-chan struct{} { return p.ref.Closed() }
 
 func (p *localProcess) Events(ctx context.Context) (*EventStream, error) {
+	if first := p.first.Swap(nil); first != nil {
+		taken := false
+		return newEventStream(ctx, func(ctx context.Context, after uint64) (subscription, error) {
+			if !taken && after == 0 {
+				taken = true
+				return subscription{live: *first}, nil
+			}
+			sub, err := p.ref.Subscribe(ctx, after, liveQueueCap)
+			if err != nil {
+				return subscription{}, p.actorErr(err)
+			}
+			return subscription{history: sub.History, live: sub.Live}, nil
+		})
+	}
 	return newEventStream(ctx, func(ctx context.Context, after uint64) (subscription, error) {
 		sub, err := p.ref.Subscribe(ctx, after, liveQueueCap)
 		if err != nil {
-			return subscription{}, actorErr(err)
+			return subscription{}, p.actorErr(err)
 		}
 		return subscription{history: sub.History, live: sub.Live}, nil
 	})
@@ -271,6 +322,9 @@ func (l *Local) List(ctx context.Context) ([]ProcessInfo, error) {
 			continue // retention ended
 		}
 		pi := ProcessInfo{ID: info.ID, Pid: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq}
+		if m := ref.Metadata(); m != nil {
+			pi.Metadata = &Metadata{ThreadID: deref(m.ThreadID), ToolCallID: deref(m.ToolCallID)}
+		}
 		if info.State >= actors.StateExited {
 			code := info.ExitCode
 			pi.ExitCode = &code

@@ -74,6 +74,13 @@ type Config struct {
 	// Containment is ContainAuto (a cgroup per process tree where this host
 	// allows it) or ContainProcessGroup.
 	Containment string
+	// DisableHTTPRequests refuses http/request (-32602, saying so); by
+	// default clients may make HTTP requests from the server's network.
+	DisableHTTPRequests bool
+	// MaxHTTPBodyBytes caps a buffered http/request response body (a
+	// larger one is an error; streamed bodies are not capped). Zero means
+	// DefaultMaxHTTPBodyBytes.
+	MaxHTTPBodyBytes int64
 	// Metrics collects Prometheus metrics in a registry of this server's
 	// own, served by ObservabilityHandler (see docs/operations.md).
 	Metrics bool
@@ -118,6 +125,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxHTTPBodyBytes <= 0 {
+		c.MaxHTTPBodyBytes = DefaultMaxHTTPBodyBytes
 	}
 	return c
 }
@@ -279,43 +289,78 @@ func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
 	return s.sup.ServeConn(s.ctx, t, actors.ConnOptions{Resumable: resumable, Logger: s.log.Named("conn"), MaxMessageBytes: s.cfg.MaxMessageBytes})
 }
 
-// Shutdown stops accepting, ends every connection, terminates every process
-// (SIGTERM, SIGKILL after the shutdown grace) and waits for all of it, or
-// until ctx ends, in which case everything is killed and ctx's error is
-// returned.
+// Shutdown stops the server gracefully on every transport: it stops
+// accepting (listeners closed, new transports refused), terminates every
+// process tree (SIGTERM, SIGHUP on a PTY, then SIGKILL after the shutdown
+// grace), waits until each process has handed its ending (exited, closed)
+// to its connection, then ends every connection, whose writer flushes what
+// it already holds for its client. If ctx ends first, every tree is killed
+// at once, subscribers are dropped, and ctx's error is returned once the
+// connections have ended (or could not be ended in time: a transport
+// blocked in a read or write that cannot be interrupted).
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer s.iso.release()
-	s.sup.Stop() // first, so ending connections leave their processes to the graceful stop
-	s.beginClose()
-	done := make(chan struct{})
-	go func() { s.conns.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	s.stopAccepting()
+	s.sup.Stop()
+	err := s.sup.Wait(ctx)
+	if err != nil {
 		s.sup.Kill()
-		<-done
-		_ = s.sup.Wait(context.Background())
-		return ctx.Err()
 	}
-	if err := s.sup.Wait(ctx); err != nil {
-		s.sup.Kill()
-		_ = s.sup.Wait(context.Background())
-		return err
+	s.cancel(&actors.ConnError{Reason: actors.ReasonShutdown})
+	if werr := s.waitConns(connEndWait); werr != nil && err == nil {
+		err = werr
 	}
-	return nil
+	if err != nil {
+		wctx, cancel := context.WithTimeout(context.Background(), killedEndWait)
+		defer cancel()
+		_ = s.sup.Wait(wctx)
+	}
+	return err
 }
 
-// Close kills every process (SIGKILL), ends every connection and returns
-// once all goroutines have exited.
+// Bounds of Shutdown's last steps, so that a server stops within its
+// shutdown grace plus one second even when a transport is stuck.
+const (
+	// connEndWait: for connections to end once cancelled (their writers'
+	// last flush is bounded shorter still).
+	connEndWait = 350 * time.Millisecond
+	// killedEndWait: for actors to end after a kill (SIGKILL, output drain).
+	killedEndWait = 200 * time.Millisecond
+)
+
+// errConnsStuck: a connection did not end in time after the shutdown.
+var errConnsStuck = errors.New("runtime: a connection did not end after shutdown (transport blocked)")
+
+func (s *Server) waitConns(d time.Duration) error {
+	done := make(chan struct{})
+	go func() { s.conns.Wait(); close(done) }()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-timer.C:
+		return errConnsStuck
+	}
+}
+
+// Close ends every connection first (so that nothing the kill causes
+// reaches a client: a client sees its connection end, not its processes),
+// then kills every process (SIGKILL) and returns once all goroutines have
+// exited.
 func (s *Server) Close() error {
 	defer s.iso.release()
-	s.beginClose()
-	s.sup.Kill()
+	s.stopAccepting()
+	s.cancel(&actors.ConnError{Reason: actors.ReasonShutdown})
 	s.conns.Wait()
+	s.sup.Kill()
 	return s.sup.Wait(context.Background())
 }
 
-func (s *Server) beginClose() {
+// stopAccepting refuses new transports and closes the listeners. Accepted
+// websocket connections are hijacked, so closing the HTTP servers does not
+// end them; cancelling s.ctx does.
+func (s *Server) stopAccepting() {
 	s.mu.Lock()
 	s.closing = true
 	hss := make([]*http.Server, 0, len(s.listeners))
@@ -324,10 +369,7 @@ func (s *Server) beginClose() {
 	}
 	clear(s.listeners)
 	s.mu.Unlock()
-	s.cancel(&actors.ConnError{Reason: actors.ReasonShutdown})
 	for _, hs := range hss {
-		// Websocket connections are hijacked, so Close only stops the
-		// listener; the cancel above ends the connections themselves.
 		_ = hs.Close()
 	}
 }

@@ -169,6 +169,9 @@ func convertEvent(ev actors.Event) Event {
 		out.Kind = EventClosed
 	case actors.EventGap:
 		out.Kind = EventGap
+	case actors.EventFailed:
+		out.Kind, out.Seq = EventFailed, 0
+		out.Err = &ProcessError{ID: ev.ProcessID, Message: ev.Failure}
 	}
 	return out
 }

@@ -72,3 +72,27 @@ func BenchmarkParseOutput(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEncodeOutput64K is BenchmarkEncodeOutput for the largest chunk
+// the server now sends (64 KiB): the per-message share of the cost.
+func BenchmarkEncodeOutput64K(b *testing.B) {
+	chunk := make([]byte, 64<<10)
+	var buf []byte
+	b.SetBytes(int64(len(chunk)))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendOutputNotification(buf[:0], "proc-1", 12345, StreamStdout, chunk)
+	}
+}
+
+// BenchmarkParseOutput64K is BenchmarkParseOutput for a 64 KiB chunk.
+func BenchmarkParseOutput64K(b *testing.B) {
+	msg := AppendOutputNotification(nil, "proc-1", 12345, StreamStdout, make([]byte, 64<<10))
+	b.SetBytes(64 << 10)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ParseOutputNotification(msg); !ok {
+			b.Fatal("not parsed")
+		}
+	}
+}

@@ -18,7 +18,13 @@
 // with [AppendResult] / [AppendError]. process/output notifications are
 // encoded with [AppendOutputNotification], which base64-encodes the chunk
 // straight into the destination buffer (the hot path: no reflection, one
-// copy). Transports are created with [NewStdioTransport],
+// copy); http/request/bodyDelta likewise with [AppendHTTPBodyDelta].
+// [AppendFailedClosedNotification] is the process/closed of a
+// process the server failed (ext "failure"; requests about it then get
+// [ErrProcessFailed], -32603).
+// environment.go holds environmentInfo and [Capabilities], the struct of
+// booleans that the server fills and [Capabilities.Map] turns into the
+// capabilities map (every known name present). Transports are created with [NewStdioTransport],
 // [NewWebsocketTransport] or [DialWebsocket].
 //
 // # Concurrency

@@ -89,6 +89,18 @@ func ErrUnknownProcess(id string) *Error {
 	return Errorf(CodeInvalidRequest, "unknown process id %s", id)
 }
 
+// ErrProcessFailed answers every request about a process whose server-side
+// handling failed (a recovered internal panic); failure says why.
+func ErrProcessFailed(failure string) *Error {
+	return Errorf(CodeInternal, "%s", failure)
+}
+
+// ErrInternal answers a request whose handling failed inside the server (a
+// recovered panic); the connection is then closed.
+func ErrInternal(reason string) *Error {
+	return Errorf(CodeInternal, "internal error: %s", reason)
+}
+
 func ErrEmptyArgv() *Error { return Errorf(CodeInvalidParams, "argv must not be empty") }
 
 func ErrEmptyWriteID() *Error { return Errorf(CodeInvalidParams, "writeId must not be empty") }
@@ -113,4 +125,63 @@ func ErrMessageTooLarge(n int) *Error {
 // valid envelope; it is answered with id -1.
 func ErrMalformed(detail string) *Error {
 	return Errorf(CodeInvalidRequest, "invalid JSON-RPC message: %s", detail)
+}
+
+// http/request (section 7.4). The texts follow the reference exec-server.
+
+func ErrHTTPDisabled() *Error {
+	return Errorf(CodeInvalidParams, "http/request is disabled on this executor (runtimed serve --http-requests=false)")
+}
+
+func ErrHTTPMethod() *Error {
+	return Errorf(CodeInvalidParams, "http/request method is invalid: invalid HTTP method")
+}
+
+func ErrHTTPURL(reason string) *Error {
+	return Errorf(CodeInvalidParams, "http/request url is invalid: %s", reason)
+}
+
+func ErrHTTPScheme(scheme string) *Error {
+	return Errorf(CodeInvalidParams, "http/request only supports http and https URLs, got %s", scheme)
+}
+
+func ErrHTTPHeaderName() *Error {
+	return Errorf(CodeInvalidParams, "http/request header name is invalid: invalid HTTP header name")
+}
+
+func ErrHTTPHeaderValue(name string) *Error {
+	return Errorf(CodeInvalidParams, "http/request header value is invalid for %s: failed to parse header value", name)
+}
+
+func ErrHTTPStreamActive(requestID string) *Error {
+	return Errorf(CodeInvalidParams, "http/request streamResponse requestId `%s` is already active", requestID)
+}
+
+// ErrHTTPBusy: the connection already has the most requests in flight.
+func ErrHTTPBusy(limit int) *Error {
+	e := Errorf(CodeInvalidRequest, "at most %d http requests may be in flight per connection", limit)
+	e.Limit = "http_requests"
+	return e
+}
+
+// ErrHTTPFailed: the request could not be sent or its headers not received
+// (including a timeout); detail is the cause.
+func ErrHTTPFailed(detail string) *Error {
+	return Errorf(CodeInternal, "http/request failed: %s", detail)
+}
+
+// ErrHTTPBody: the buffered response body could not be read.
+func ErrHTTPBody(detail string) *Error {
+	return Errorf(CodeInternal, "failed to read http/request response body: %s", detail)
+}
+
+// ErrHTTPBodyTooLarge: a buffered response body exceeds the server's cap.
+func ErrHTTPBodyTooLarge(limit int64) *Error {
+	return Errorf(CodeInternal, "failed to read http/request response body: the body exceeds the %d-byte limit for buffered responses; use streamResponse for larger bodies", limit)
+}
+
+// ErrManagedNetwork: process/start asked for a managed network this
+// executor cannot provide (section 7.2); reason says what is missing.
+func ErrManagedNetwork(reason string) *Error {
+	return Errorf(CodeInvalidParams, "managed network cannot be provided: %s", reason)
 }

@@ -41,3 +41,17 @@ func AppendClosedNotification(dst []byte, processID string, seq uint64) []byte {
 	dst = strconv.AppendUint(dst, seq, 10)
 	return append(dst, `}}`...)
 }
+
+// AppendFailedClosedNotification appends the process/closed notification
+// that ends a process whose server-side handling failed (ext): it carries
+// "failure" with the reason, and nothing follows it. A client that ignores
+// the extra field sees the process closed; requests about it answer -32603.
+func AppendFailedClosedNotification(dst []byte, processID string, seq uint64, failure string) []byte {
+	dst = append(dst, `{"method":"process/closed","params":{"processId":`...)
+	dst = AppendString(dst, processID)
+	dst = append(dst, `,"seq":`...)
+	dst = strconv.AppendUint(dst, seq, 10)
+	dst = append(dst, `,"failure":`...)
+	dst = AppendString(dst, failure)
+	return append(dst, `}}`...)
+}

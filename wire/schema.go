@@ -45,9 +45,11 @@ type InitializeParams struct {
 
 func (*InitializeParams) RequiredFields() []string { return nil }
 
-// InitializeResult is the result of initialize.
+// InitializeResult is the result of initialize. Clients of Codex 0.135
+// ignore EnvironmentInfo (section 7.1).
 type InitializeResult struct {
-	SessionID string `json:"sessionId"`
+	SessionID       string           `json:"sessionId"`
+	EnvironmentInfo *EnvironmentInfo `json:"environmentInfo,omitempty"`
 }
 
 // StatusResult is the result of environment/status.
@@ -84,6 +86,30 @@ type StartParams struct {
 	Size      *Size             `json:"size"`
 	Sandbox   json.RawMessage   `json:"sandbox"` // parsed strictly by ParseSandbox
 	Limits    *StartLimits      `json:"limits"`  // (ext)
+	// Metadata attributes the process to a Codex thread and tool call; it
+	// is kept and shown by process/list (section 7.2).
+	Metadata *ProcessMetadata `json:"metadata"`
+	// EnforceManagedNetwork asks the sandbox to route the process's network
+	// through a managed proxy described by ManagedNetwork.
+	EnforceManagedNetwork bool            `json:"enforceManagedNetwork"`
+	ManagedNetwork        *ManagedNetwork `json:"managedNetwork"`
+	// NetworkProxy asks the executor to launch a managed-network proxy
+	// (capability networkProxyLaunch); kept raw: runtimed refuses it.
+	NetworkProxy json.RawMessage `json:"networkProxy"`
+}
+
+// ProcessMetadata is process/start's optional attribution. Codex sends a
+// UUID threadId; runtimed keeps any string.
+type ProcessMetadata struct {
+	ThreadID   *string `json:"threadId,omitempty"`
+	ToolCallID *string `json:"toolCallId,omitempty"`
+}
+
+// ManagedNetwork describes the managed proxy a sandboxed process may reach:
+// its loopback ports, and whether it may bind local sockets.
+type ManagedNetwork struct {
+	LoopbackPorts     []uint16 `json:"loopbackPorts"`
+	AllowLocalBinding bool     `json:"allowLocalBinding"`
 }
 
 func (*StartParams) RequiredFields() []string { return []string{"processId", "argv", "cwd"} }
@@ -189,6 +215,8 @@ type ProcessInfo struct {
 	ExitCode  *int     `json:"exitCode"`
 	NextSeq   uint64   `json:"nextSeq"`
 	Limit     string   `json:"limit,omitempty"` // (ext) the resource limit that ended it
+	// Metadata is process/start's metadata, or null.
+	Metadata *ProcessMetadata `json:"metadata"`
 }
 
 // ListResult is the result of process/list.
@@ -214,6 +242,9 @@ type ExitedNotification struct {
 type ClosedNotification struct {
 	ProcessID string `json:"processId"`
 	Seq       uint64 `json:"seq"`
+	// Failure (ext) is set when the server failed the process (an internal
+	// error); requests about the process then answer -32603.
+	Failure *string `json:"failure,omitempty"`
 }
 
 // OutputNotification is process/output. Servers encode it with

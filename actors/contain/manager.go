@@ -126,6 +126,12 @@ func (m *Manager) Mode() string {
 	return ModePgroup
 }
 
+// LimitsOnTree reports whether memory and pids limits bound whole trees
+// here (a cgroup controller for each).
+func (m *Manager) LimitsOnTree() bool {
+	return (m.v2Ctrl["memory"] || m.v1["memory"] != "") && (m.v2Ctrl["pids"] || m.v1["pids"] != "")
+}
+
 // Summary describes containment and how each limit is applied here.
 func (m *Manager) Summary() string {
 	return fmt.Sprintf("tree containment: %s; limits: memory by %s, pids by %s, cpuSeconds/openFiles/fileSizeBytes by rlimits of each process",

@@ -107,10 +107,10 @@ func TestHandleLimit(t *testing.T) {
 	wantErr(t, werr, wire.CodeInvalidRequest, "at most 128 file reads may be open per connection", true)
 	// A live id cannot be reused, at the limit or below it.
 	_, werr = call(t, all, &h, wire.MethodFsOpen, obj{"handleId": "5", "path": path})
-	wantErr(t, werr, wire.CodeInvalidRequest, "file read handle `5` already exists", true)
+	wantErr(t, werr, wire.CodeInvalidRequest, "file handle `5` already exists", true)
 	mustCall(t, all, &h, wire.MethodFsClose, obj{"handleId": "5"})
 	_, werr = call(t, all, &h, wire.MethodFsOpen, obj{"handleId": "6", "path": path})
-	wantErr(t, werr, wire.CodeInvalidRequest, "file read handle `6` already exists", true)
+	wantErr(t, werr, wire.CodeInvalidRequest, "file handle `6` already exists", true)
 	// Closing one frees a slot, and a closed id may be reused.
 	mustCall(t, all, &h, wire.MethodFsOpen, obj{"handleId": "5", "path": path})
 	if got := readBlock(t, &h, "127", 0, 10); string(got.Chunk) != "abc" || !got.EOF {

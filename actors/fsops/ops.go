@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -40,6 +38,9 @@ func readFile(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	}
 	t, werr := roots.resolveArg(p.Path, true)
 	if werr != nil {
+		return nil, werr
+	}
+	if werr := checkSandbox(p.Sandbox, accessRead, t); werr != nil {
 		return nil, werr
 	}
 	f, fi, werr := openRegular(t)
@@ -95,132 +96,13 @@ func writeFile(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr != nil {
 		return nil, werr
 	}
+	if werr := checkSandbox(p.Sandbox, accessWrite, t); werr != nil {
+		return nil, werr
+	}
 	if err := replaceFile(t.phys, bytes.NewReader(p.DataBase64), nil, true); err != nil {
 		return nil, replaceError(err, t)
 	}
 	return empty{}, nil
-}
-
-// errNotRegular is returned by replaceFile when the destination exists and
-// is neither a regular file nor a directory (a FIFO, a device): renaming
-// over it would destroy it, writing into it could block.
-type errNotRegular struct{ path string }
-
-func (e *errNotRegular) Error() string { return e.path + " is not a regular file" }
-
-func replaceError(err error, ts ...target) *wire.Error {
-	var nr *errNotRegular
-	if errors.As(err, &nr) {
-		return wire.ErrNotRegularFile(display(nr.path, ts...))
-	}
-	return osError(err, ts...)
-}
-
-// replaceFile atomically replaces (or creates) the regular file dst with
-// the contents of r: a temporary file in the same directory, written,
-// optionally fsynced, then renamed over dst (and the directory fsynced).
-// With mode nil (fs/writeFile) a replaced file keeps its mode bits and,
-// where permitted, its owner; a new file gets 0666 less the umask. With a
-// mode (fs/copy) the file gets exactly those bits. dst must be physical: a
-// symbolic link there is replaced, not followed.
-func replaceFile(dst string, r io.Reader, mode *fs.FileMode, sync bool) (err error) {
-	uid, gid := -1, -1
-	var setMode fs.FileMode
-	hasMode := mode != nil
-	if hasMode {
-		setMode = *mode & modeBits
-	}
-	switch fi, lerr := os.Lstat(dst); {
-	case lerr == nil && fi.IsDir():
-		return &fs.PathError{Op: "open", Path: dst, Err: syscall.EISDIR}
-	case lerr == nil && fi.Mode()&fs.ModeSymlink != 0:
-		// Only a race puts a link here (dst was resolved): replace it.
-	case lerr == nil && !fi.Mode().IsRegular():
-		return &errNotRegular{path: dst}
-	case lerr == nil:
-		if !hasMode {
-			setMode, hasMode = fi.Mode()&modeBits, true
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-				uid, gid = int(st.Uid), int(st.Gid)
-			}
-		}
-	case !errors.Is(lerr, fs.ErrNotExist):
-		return lerr
-	}
-
-	dir, base := filepath.Split(dst)
-	tmp, err := createTemp(dir, base)
-	if err != nil {
-		return retarget(err, "open", dst)
-	}
-	name := tmp.Name()
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(name)
-		}
-	}()
-	if _, err = io.Copy(tmp, r); err != nil {
-		return retarget(err, "write", dst)
-	}
-	if hasMode {
-		if err = tmp.Chmod(setMode); err != nil {
-			return retarget(err, "chmod", dst)
-		}
-	}
-	if uid >= 0 {
-		_ = tmp.Chown(uid, gid) // best effort: only root may give a file away
-		if setMode&(fs.ModeSetuid|fs.ModeSetgid) != 0 {
-			_ = tmp.Chmod(setMode) // chown clears set-id bits
-		}
-	}
-	if sync {
-		if err = tmp.Sync(); err != nil {
-			return retarget(err, "sync", dst)
-		}
-	}
-	if err = tmp.Close(); err != nil {
-		return retarget(err, "close", dst)
-	}
-	if err = os.Rename(name, dst); err != nil {
-		return retarget(err, "rename", dst)
-	}
-	if sync {
-		if d, derr := os.Open(dir); derr == nil {
-			_ = d.Sync() // the rename is durable once the directory is
-			d.Close()
-		}
-	}
-	return nil
-}
-
-// createTemp creates a new file next to base in dir with mode 0666 less
-// the umask (os.CreateTemp would make it 0600).
-func createTemp(dir, base string) (*os.File, error) {
-	if len(base) > 64 {
-		base = base[:64] // stay well under NAME_MAX
-	}
-	for i := 0; ; i++ {
-		name := filepath.Join(dir, "."+base+".runtimed-"+strconv.FormatUint(rand.Uint64(), 36)+".tmp")
-		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_CLOEXEC, 0o666)
-		if errors.Is(err, fs.ErrExist) && i < 100 {
-			continue
-		}
-		return f, err
-	}
-}
-
-// retarget names dst in an error about the temporary file.
-func retarget(err error, op, dst string) error {
-	var pe *fs.PathError
-	var le *os.LinkError
-	switch {
-	case errors.As(err, &pe):
-		return &fs.PathError{Op: op, Path: dst, Err: pe.Err}
-	case errors.As(err, &le):
-		return &fs.PathError{Op: op, Path: dst, Err: le.Err}
-	}
-	return err
 }
 
 func createDirectory(raw json.RawMessage, roots Roots) (any, *wire.Error) {
@@ -230,6 +112,9 @@ func createDirectory(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	}
 	t, werr := roots.resolveArg(p.Path, true)
 	if werr != nil {
+		return nil, werr
+	}
+	if werr := checkSandbox(p.Sandbox, accessWrite, t); werr != nil {
 		return nil, werr
 	}
 	var err error
@@ -253,6 +138,9 @@ func getMetadata(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr != nil {
 		return nil, werr
 	}
+	if werr := checkSandbox(p.Sandbox, accessRead, link); werr != nil {
+		return nil, werr
+	}
 	lfi, err := os.Lstat(link.phys)
 	if err != nil {
 		return nil, osError(err, link)
@@ -263,6 +151,9 @@ func getMetadata(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	// The path is a link: describe its target, which must be allowed too.
 	t, werr := roots.resolveArg(p.Path, true)
 	if werr != nil {
+		return nil, werr
+	}
+	if werr := checkSandbox(p.Sandbox, accessRead, t); werr != nil {
 		return nil, werr
 	}
 	fi, err := os.Stat(t.phys)
@@ -296,10 +187,13 @@ func canonicalize(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr != nil {
 		return nil, werr
 	}
+	if werr := checkSandbox(p.Sandbox, accessRead, t); werr != nil {
+		return nil, werr
+	}
 	if _, err := os.Lstat(t.phys); err != nil {
 		return nil, osError(err, t)
 	}
-	return wire.FsPathResult{Path: t.phys}, nil
+	return wire.FsPathResult{Path: t.show(t.phys)}, nil
 }
 
 func readDirectory(raw json.RawMessage, roots Roots) (any, *wire.Error) {
@@ -309,6 +203,9 @@ func readDirectory(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	}
 	t, werr := roots.resolveArg(p.Path, true)
 	if werr != nil {
+		return nil, werr
+	}
+	if werr := checkSandbox(p.Sandbox, accessRead, t); werr != nil {
 		return nil, werr
 	}
 	f, err := os.Open(t.phys)
@@ -376,6 +273,9 @@ func remove(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if roots.isRoot(t.phys) {
 		return nil, wire.ErrRemoveRoot(p.Path)
 	}
+	if werr := checkSandbox(p.Sandbox, accessWrite, t); werr != nil {
+		return nil, werr
+	}
 	fi, err := os.Lstat(t.phys)
 	if errors.Is(err, fs.ErrNotExist) && force {
 		return empty{}, nil
@@ -407,6 +307,12 @@ func copyPath(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	}
 	dst, werr := roots.resolveArg(p.DestinationPath, true)
 	if werr != nil {
+		return nil, werr
+	}
+	if werr := checkSandbox(p.Sandbox, accessRead, src); werr != nil {
+		return nil, werr
+	}
+	if werr := checkSandbox(p.Sandbox, accessWrite, dst); werr != nil {
 		return nil, werr
 	}
 	fi, err := os.Lstat(src.phys)

@@ -85,17 +85,28 @@ type target struct {
 	arg  string // as the client sent it: for confinement and usage messages
 	abs  string // absolute path (a URI decoded): for OS error messages
 	phys string // physical path the operation uses
+	uri  bool   // arg is a file: URI: answers carry paths as URIs too
 }
 
 // resolveArg parses a path argument, resolves it (following a final
 // symbolic link when follow is set) and checks it against the roots.
 func (r Roots) resolveArg(arg string, follow bool) (target, *wire.Error) {
+	return r.resolveWith(arg, func(abs string) (string, error) { return resolve(abs, follow) })
+}
+
+// resolveMissingArg is resolveArg for a path expected not to exist (see
+// resolveMissing); a final link is not followed.
+func (r Roots) resolveMissingArg(arg string) (target, *wire.Error) {
+	return r.resolveWith(arg, resolveMissing)
+}
+
+func (r Roots) resolveWith(arg string, res func(string) (string, error)) (target, *wire.Error) {
 	abs, werr := parsePath(arg)
 	if werr != nil {
 		return target{}, werr
 	}
-	t := target{arg: arg, abs: abs}
-	phys, err := resolve(abs, follow)
+	t := target{arg: arg, abs: abs, uri: isURI(arg)}
+	phys, err := res(abs)
 	if err != nil {
 		return target{}, osError(err, t)
 	}
@@ -111,7 +122,7 @@ func (r Roots) resolveArg(arg string, follow bool) (target, *wire.Error) {
 // applied during resolution, after the symbolic links before it.
 func parsePath(p string) (string, *wire.Error) {
 	s := p
-	if strings.HasPrefix(s, "file:") {
+	if isURI(s) {
 		u, err := url.Parse(s)
 		if err != nil {
 			return "", wire.ErrPathNotAbsolute(p)
@@ -135,6 +146,18 @@ func parsePath(p string) (string, *wire.Error) {
 // Errors other than a missing component (ENOTDIR, EACCES, ELOOP) are
 // returned.
 func resolve(p string, follow bool) (string, error) {
+	return resolvePath(p, follow, false)
+}
+
+// resolveMissing is resolve for a path that is expected not to exist
+// (fs/watchMissing): a component under a file does not exist either, so
+// from there on components are appended as they are rather than refused
+// with ENOTDIR.
+func resolveMissing(p string) (string, error) {
+	return resolvePath(p, false, true)
+}
+
+func resolvePath(p string, follow, underFile bool) (string, error) {
 	dest := "/"
 	rest := p
 	links := 0
@@ -158,7 +181,7 @@ func resolve(p string, follow bool) (string, error) {
 		}
 		next := filepath.Join(dest, comp)
 		fi, err := os.Lstat(next)
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || (underFile && errors.Is(err, syscall.ENOTDIR)) {
 			dest = next // missing: not a link, so it can be appended as is
 			continue
 		}
@@ -167,6 +190,10 @@ func resolve(p string, follow bool) (string, error) {
 		}
 		last := strings.TrimLeft(rest, "/") == ""
 		isLink := fi.Mode()&fs.ModeSymlink != 0
+		if !isLink && !last && !fi.IsDir() && underFile && rest != "" && !strings.HasPrefix(strings.TrimLeft(rest, "/"), "..") {
+			dest = next // "file/x": x does not exist
+			continue
+		}
 		if !isLink && !last && !fi.IsDir() {
 			// The kernel refuses "file/x" and "file/.." alike.
 			return "", &fs.PathError{Op: "stat", Path: p, Err: syscall.ENOTDIR}

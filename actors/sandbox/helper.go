@@ -73,8 +73,11 @@ type ExecError struct {
 }
 
 func (e *ExecError) Error() string {
-	if e.Stage == "exec" {
+	switch e.Stage {
+	case "exec":
 		return e.Errno.Error()
+	case "cwd":
+		return fmt.Sprintf("the sandbox does not allow reading the working directory: %v", e.Errno)
 	}
 	return fmt.Sprintf("sandbox %s: %s", e.Stage, e.Msg)
 }
@@ -140,6 +143,13 @@ func helperMain() helperStatus {
 			if err := installNetworkFilter(); err != nil {
 				return fail("seccomp", err)
 			}
+		}
+		// A working directory the policy does not let the command read is
+		// a failed start, not a command that fails mysteriously later.
+		if fd, err := unix.Open(".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return fail("cwd", err)
+		} else {
+			unix.Close(fd)
 		}
 	}
 	err = unix.Exec(p.Path, p.Argv, p.Env)

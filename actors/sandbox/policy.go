@@ -136,6 +136,9 @@ func (p *Policy) plan() (layers, error) {
 		if err != nil {
 			return l, fmt.Errorf("sandbox path %s: %w", r.Path, err)
 		}
+		if real, err := filepath.EvalSymlinks(r.Path); err == nil && real != r.Path {
+			return l, fmt.Errorf("%w: rule path %s goes through a symbolic link (it is %s): give the resolved path", ErrUnsupported, r.Path, real)
+		}
 		dir, id := st.IsDir(), idOf(st)
 		// What Landlock grants here through ancestors, and the mount state
 		// that ancestors' overlays left.
@@ -213,4 +216,35 @@ func within(p, base string) bool {
 		return true
 	}
 	return p == base || strings.HasPrefix(p, base+"/")
+}
+
+// Allows reports whether the policy lets a process read (or, with write,
+// write) path, an absolute symlink-free path: the most specific rule that
+// contains it decides (for one path, the last); no rule means no access.
+// It is the logical check for requests served by the daemon itself (fs/*
+// with a sandbox), where no kernel enforcement applies.
+func (p *Policy) Allows(path string, write bool) bool {
+	if p == nil || !p.RestrictFS {
+		return true
+	}
+	for _, d := range DevPaths {
+		if path == d || within(path, "/dev/pts") && d == "/dev/pts" {
+			return true
+		}
+	}
+	best, found := Rule{}, false
+	for _, r := range p.Rules {
+		if within(path, r.Path) && (!found || depth(r.Path) >= depth(best.Path)) {
+			best, found = r, true
+		}
+	}
+	switch {
+	case !found:
+		return false
+	case best.Access == Write:
+		return true
+	case best.Access == Read:
+		return !write
+	}
+	return false
 }

@@ -14,6 +14,9 @@
 // Without --connect, exec, stdio and fs run through an embedded runtime.
 // Client commands take --token-file and --ca; serve's TLS, metrics and
 // exposure flags are in serve_net.go (docs/operations.md describes them).
+// serve's --http-requests=false refuses http/request, and
+// --http-max-body-bytes caps a buffered http/request body (README lists
+// every flag).
 //
 // # Concurrency
 //
@@ -30,8 +33,13 @@
 // A command that cannot start
 // its process exits 127; exec and stdio otherwise exit with the process's
 // own code (128+N when killed by signal N). serve exits 0 after a graceful
-// shutdown on SIGINT/SIGTERM (children get SIGTERM, then SIGKILL after
-// --shutdown-grace).
+// shutdown on SIGINT/SIGTERM, the same on every transport and within
+// --shutdown-grace plus one second: it stops accepting, children get
+// SIGTERM then SIGKILL after the grace, and every client is sent its
+// processes' exited and closed before its connection ends. Over stdio,
+// stdin is reopened non-blocking through /proc/self/fd (a new open file
+// description: the parent's flags are left alone) so that a signal ends a
+// pending read instead of waiting for EOF.
 //
 // # Backpressure
 //

@@ -131,6 +131,11 @@ func TestSandboxOverTheWire(t *testing.T) {
 		}
 		mustCollect(t, c, "bad")
 
+		// A cwd URI with a foreign host is -32602 (PROTOCOL.md 7.1).
+		_, err = call(ctx, c, "process/start", startReq{StartParams: wiretest.StartParams{ProcessID: "host",
+			Argv: []string{"/bin/true"}, Cwd: "file://build.example" + ws, Env: baseEnv()}})
+		wantRPCErrorContains(t, "cwd with a foreign host", err, -32602, "foreign host", "build.example")
+
 		// A policy that denies the executable: the start fails with the OS
 		// error, no half-started child, and the id is free again.
 		onlyWS := map[string]any{"permissions": map[string]any{"type": "managed", "network": "restricted",

@@ -41,6 +41,8 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	maxMessage := fs.Int("max-message-bytes", runtime.DefaultMaxMessageBytes, "largest inbound message")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error (logs go to stderr)")
 	tokenFile := fs.String("auth-token-file", "", "file holding the bearer token every websocket client must send (or set RUNTIMED_AUTH_TOKEN)")
+	httpRequests := fs.Bool("http-requests", true, "serve http/request: clients may make HTTP requests from this machine's network (false: refused with -32602)")
+	httpMaxBody := fs.Int64("http-max-body-bytes", runtime.DefaultMaxHTTPBodyBytes, "largest buffered http/request response body (streamed bodies are not capped)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for performance work)")
 	defaultSandbox := fs.String("default-sandbox", "", "confine starts that carry no sandbox: read-only or workspace-write (project root = the start's cwd); empty: run them unconfined")
 	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
@@ -98,6 +100,9 @@ pair. Operator's guide: docs/operations.md.`)
 		DefaultSandbox:  *defaultSandbox,
 		RequireSandbox:  *requireSandbox,
 		Metrics:         nf.metricsListen != "",
+
+		DisableHTTPRequests: !*httpRequests,
+		MaxHTTPBodyBytes:    *httpMaxBody,
 	}
 	switch *containment {
 	case "auto":
@@ -115,8 +120,8 @@ pair. Operator's guide: docs/operations.md.`)
 		fmt.Fprintf(stderr, "runtimed serve: --fs-root: %v\n", err)
 		return 2
 	}
-	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 {
-		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks, --max-processes and --max-message-bytes must be positive")
+	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 || *httpMaxBody <= 0 {
+		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks, --max-processes, --max-message-bytes and --http-max-body-bytes must be positive")
 		return 2
 	}
 
@@ -225,6 +230,10 @@ func serveWS(ctx context.Context, cfg runtime.Config, listen string, nf *netFlag
 }
 
 func serveStdio(ctx context.Context, cfg runtime.Config, stdin io.Reader, stdout io.Writer, log *zap.Logger) int {
+	// A signal must end a read of stdin that is waiting for the client:
+	// read it through the poller so that closing it interrupts the read.
+	stdin, restore := pollableStdin(stdin, log)
+	defer restore()
 	srv := runtime.NewServer(cfg)
 	t := wire.NewStdioTransport(stdin, stdout, cfg.MaxMessageBytes)
 	done := make(chan struct{})
@@ -238,14 +247,18 @@ func serveStdio(ctx context.Context, cfg runtime.Config, stdin io.Reader, stdout
 	case <-ctx.Done():
 		log.Info("signal received; shutting down")
 	}
-	code := shutdown(srv, cfg, log)
-	<-done
-	return code
+	return shutdown(srv, cfg, log)
 }
+
+// shutdownSlack is what Shutdown may take beyond the shutdown grace for
+// the processes to hand their endings to the clients (after SIGKILL, the
+// output drain); the connections' last flush and exiting follow, within
+// the promised grace plus one second.
+const shutdownSlack = 400 * time.Millisecond
 
 func shutdown(srv *runtime.Server, cfg runtime.Config, log *zap.Logger) int {
 	grace := srv.Config().ShutdownGrace
-	ctx, cancel := context.WithTimeout(context.Background(), grace+5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), grace+shutdownSlack)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {
 		log.Warn("shutdown did not finish in time; children were killed", zap.Error(err))

@@ -1,0 +1,86 @@
+package policy
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/runtimed/runtimed/actors/sandbox"
+	"github.com/runtimed/runtimed/wire"
+)
+
+// TestSandboxResolveAndFloor maps Codex's workspace-write shape (specials,
+// subpaths, skip) through Resolve and refuses malformed entries.
+func TestSandboxResolveAndFloor(t *testing.T) {
+	ws := t.TempDir()
+	for _, d := range []string{".git", "sub"} {
+		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, "secret.txt"), []byte("s"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, werr := Resolve(FloorSandbox(FloorWorkspaceWrite, ws), ws, []string{"TMPDIR=" + ws + "/sub"})
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	got := map[string]sandbox.Access{}
+	for _, r := range p.Rules {
+		got[r.Path] = r.Access
+	}
+	realWS, _ := filepath.EvalSymlinks(ws)
+	want := map[string]sandbox.Access{"/": sandbox.Read, realWS: sandbox.Write, "/tmp": sandbox.Write,
+		realWS + "/sub": sandbox.Write, realWS + "/.git": sandbox.Read}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("rule %s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	if _, ok := got[realWS+"/.agents"]; ok {
+		t.Errorf("missing .agents with skip must be dropped")
+	}
+	missing := &wire.Sandbox{Managed: true, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{{Kind: "path", Path: ws + "/nope", Access: "read"}}}}
+	if _, werr := Resolve(missing, ws, nil); werr == nil || !strings.Contains(werr.Message, "entries[0]") {
+		t.Errorf("missing path without skip: %v", werr)
+	}
+	rel := &wire.Sandbox{Managed: true, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{{Kind: "path", Path: "rel/x", Access: "read"}}}}
+	if _, werr := Resolve(rel, ws, nil); werr == nil || werr.Code != wire.CodeInvalidParams {
+		t.Errorf("relative path: %v", werr)
+	}
+	glob := &wire.Sandbox{Managed: true, WorkspaceRoots: []string{ws}, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+		{Kind: "special", Special: "root", Access: "read"}, {Kind: "glob_pattern", Pattern: "**/*.txt", Access: "deny"}}}}
+	p, werr = Resolve(glob, ws, nil)
+	if werr != nil || len(p.Rules) != 2 || p.Rules[1].Path != realWS+"/secret.txt" || p.Rules[1].Access != sandbox.Deny {
+		t.Errorf("glob deny: %+v %v", p, werr)
+	}
+}
+
+// TestConflictingEntries: one path given two accesses is refused naming
+// both entries; the same access twice is fine (Codex may send /tmp as both
+// slash_tmp and tmpdir).
+func TestConflictingEntries(t *testing.T) {
+	ws := t.TempDir()
+	sb := &wire.Sandbox{Managed: true, WorkspaceRoots: []string{ws}, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+		{Kind: "special", Special: "project_roots", Access: "write"}, {Kind: "path", Path: "file://" + ws, Access: "read"}}}}
+	_, werr := Resolve(sb, ws, nil)
+	if werr == nil || werr.Code != wire.CodeInvalidParams || !strings.Contains(werr.Message, "entries[1]") || !strings.Contains(werr.Message, "entries[0]") {
+		t.Errorf("conflict: %v", werr)
+	}
+	sb.FS.Entries[1].Access = "write"
+	if _, werr := Resolve(sb, ws, nil); werr != nil {
+		t.Errorf("same access twice: %v", werr)
+	}
+	tmp := &wire.Sandbox{Managed: true, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+		{Kind: "special", Special: "slash_tmp", Access: "write"}, {Kind: "special", Special: "tmpdir", Access: "write"}}}}
+	if _, werr := Resolve(tmp, ws, []string{"TMPDIR=/tmp"}); werr != nil {
+		t.Errorf("/tmp twice: %v", werr)
+	}
+	for _, bad := range []string{"http://example.com/x", "relative", "file://host.example/etc"} {
+		sb := &wire.Sandbox{Managed: true, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{{Kind: "path", Path: bad, Access: "read"}}}}
+		if _, werr := Resolve(sb, ws, nil); werr == nil || werr.Code != wire.CodeInvalidParams || !strings.Contains(werr.Message, "entries[0].path.path") {
+			t.Errorf("path %q: %v", bad, werr)
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package actors
+
+import "github.com/runtimed/runtimed/wire"
+
+// Helpers of process/start for the Codex 0.169 fields (PROTOCOL.md section
+// 7.2), kept out of conn.start so that it stays short.
+
+// managedNetworkError says why the managed network p asks for cannot be
+// provided, or nil. sandboxed: the process will run in an enforced sandbox
+// (the request's, or the server's default).
+//
+// As in the reference exec-server, enforceManagedNetwork without a sandbox
+// has nothing to enforce: the process runs unsandboxed ("sandboxType":
+// "none"), managedNetwork is accepted and ignored. Under a sandbox it means
+// "let the process reach the network only through the managed proxy on
+// managedNetwork.loopbackPorts": runtimed has no way to open exactly those
+// loopback ports inside a sandbox whose network is cut, so it refuses
+// rather than run the command with more (or less) network than asked; and
+// without managedNetwork it fails closed, as the reference does. networkProxy
+// (launch a proxy here) is refused in any case: the networkProxyLaunch
+// capability is false.
+func managedNetworkError(p *wire.StartParams, sandboxed bool) *wire.Error {
+	if len(p.NetworkProxy) > 0 && string(p.NetworkProxy) != "null" {
+		return wire.ErrManagedNetwork("this executor cannot launch a network proxy (capability networkProxyLaunch is false)")
+	}
+	if !p.EnforceManagedNetwork || !sandboxed {
+		return nil
+	}
+	if p.ManagedNetwork == nil {
+		return wire.ErrManagedNetwork("enforceManagedNetwork is set without managedNetwork, so the sandbox would have no proxy to allow")
+	}
+	return wire.ErrManagedNetwork("this executor cannot confine a sandboxed process's network to the managed proxy's loopback ports")
+}
+
+// processMetadata is the metadata kept with the process, or nil.
+func processMetadata(m *wire.ProcessMetadata) *Metadata {
+	if m == nil {
+		return nil
+	}
+	return &Metadata{ThreadID: m.ThreadID, ToolCallID: m.ToolCallID}
+}
+
+// wireMetadata is process/list's metadata field for m.
+func wireMetadata(m *Metadata) *wire.ProcessMetadata {
+	if m == nil {
+		return nil
+	}
+	return &wire.ProcessMetadata{ThreadID: m.ThreadID, ToolCallID: m.ToolCallID}
+}

@@ -1,0 +1,416 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/wire"
+)
+
+// The client actor's view of each remote process: notifications and
+// catch-up reads ordered by seq, per-process listeners, subscriptions.
+// Everything here runs on the client actor (clientState.run) except
+// remoteProcess.subscribe, which talks to it by message.
+
+// The client's own short history of each process (see rproc.hist).
+const (
+	histBytes  = 256 << 10        // output bytes kept per process
+	histEvents = 4096             // events kept per process
+	histKeep   = 10 * time.Second // kept this long after the process closed
+)
+
+type remoteSub struct {
+	live      <-chan actors.Event
+	upto      uint64 // the first seq live will carry
+	exited    bool
+	exitSeq   uint64
+	exitCode  int
+	closed    bool
+	closedSeq uint64
+	// hist is every event from seq histFrom up to upto, in seq order (a
+	// copy); with histFrom <= after+1 the history needs no server read.
+	hist     []actors.Event
+	histFrom uint64 // 0: none kept
+	err      error
+}
+
+// rproc is the client's view of one remote process, owned by run. Only
+// done, exitCode and failure are read by others, after done is closed.
+type rproc struct {
+	id        string
+	next      uint64 // next seq to deliver
+	reorder   map[uint64]actors.Event
+	exited    bool
+	exitSeq   uint64
+	exitCode  int
+	limit     string // the resource limit that ended it (from process/exited)
+	closed    bool
+	closedSeq uint64
+	listeners []chan actors.Event
+	done      chan struct{}
+	failure   error // the latched disconnect, or the process's *ProcessError
+	// hist is the client's own history of the newest events (at most
+	// histBytes of output in histEvents events), from seq histFrom on,
+	// kept while the process runs and for histKeep after it closed. A
+	// subscriber that arrives just after Start (runtimed exec), or one
+	// that lagged behind its queue, resubscribes from it without asking
+	// the server, which may have forgotten the process already (closed
+	// retention 0). Older history comes from the server.
+	hist      []actors.Event
+	histSize  int // output bytes in hist
+	histFrom  uint64
+	histTimer *time.Timer // drops hist histKeep after closed
+}
+
+func (st *clientState) notification(msg wire.Message) {
+	switch msg.Method {
+	case wire.NotifyProcessOutput:
+		var n wire.OutputNotification
+		if json.Unmarshal(msg.Params, &n) == nil {
+			st.output(n)
+		}
+	case wire.NotifyProcessExited:
+		var n wire.ExitedNotification
+		if json.Unmarshal(msg.Params, &n) != nil {
+			return
+		}
+		if rp := st.procs[n.ProcessID]; rp != nil {
+			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventExited, Seq: n.Seq, ExitCode: n.ExitCode, Limit: n.Limit})
+		}
+	case wire.NotifyProcessClosed:
+		var n wire.ClosedNotification
+		if json.Unmarshal(msg.Params, &n) != nil {
+			return
+		}
+		if rp := st.procs[n.ProcessID]; rp != nil {
+			if n.Failure != nil {
+				// The server failed the process (ext): the stream ends with
+				// the failure, and Wait returns it.
+				st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventFailed, Seq: n.Seq, Failure: *n.Failure})
+				return
+			}
+			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventClosed, Seq: n.Seq})
+		}
+	}
+}
+
+func (st *clientState) output(n wire.OutputNotification) {
+	if rp := st.procs[n.ProcessID]; rp != nil {
+		st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventOutput, Seq: n.Seq, Stream: streamOf(n.Stream), Data: n.Chunk})
+	}
+}
+
+func streamOf(s string) actors.Stream {
+	switch s {
+	case wire.StreamStderr:
+		return actors.Stderr
+	case wire.StreamPTY:
+		return actors.PTY
+	}
+	return actors.Stdout
+}
+
+// deliver orders events by seq: duplicates are dropped, early ones wait.
+func (st *clientState) deliver(rp *rproc, ev actors.Event) {
+	last := ev.Seq
+	if ev.Kind == actors.EventGap {
+		last = ev.To
+	}
+	if last < rp.next || rp.closed {
+		return
+	}
+	if ev.Seq > rp.next {
+		if rp.reorder == nil {
+			rp.reorder = map[uint64]actors.Event{}
+		}
+		if len(rp.reorder) < reorderLimit {
+			rp.reorder[ev.Seq] = ev
+		}
+		return
+	}
+	st.emit(rp, ev)
+	for {
+		nx, ok := rp.reorder[rp.next]
+		if !ok {
+			break
+		}
+		delete(rp.reorder, rp.next)
+		st.emit(rp, nx)
+	}
+}
+
+func (st *clientState) emit(rp *rproc, ev actors.Event) {
+	if ev.Kind == actors.EventGap {
+		if ev.Seq < rp.next {
+			ev.Seq = rp.next
+		}
+		rp.next = ev.To + 1
+	} else {
+		rp.next = ev.Seq + 1
+	}
+	need := 1 // room a listener needs for ev and the ending still to come
+	switch ev.Kind {
+	case actors.EventExited:
+		rp.exited, rp.exitSeq, rp.exitCode = true, ev.Seq, ev.ExitCode
+		if ev.Limit != "" {
+			rp.limit = ev.Limit
+		}
+		need = 2
+	case actors.EventClosed:
+		rp.closed, rp.closedSeq = true, ev.Seq
+	case actors.EventFailed:
+		rp.closed, rp.closedSeq = true, ev.Seq
+		rp.failure = &ProcessError{ID: rp.id, Message: ev.Failure}
+	default: // output, gap
+		need = 2
+		if !rp.exited {
+			need = 3
+		}
+	}
+	st.remember(rp, ev)
+	kept := rp.listeners[:0]
+	for _, l := range rp.listeners {
+		// Only this goroutine sends on l: the room cannot shrink before
+		// the send. Output goes only where exited and closed still fit, so
+		// a listener that keeps up always gets the ending.
+		if cap(l)-len(l) >= need {
+			l <- ev
+			kept = append(kept, l)
+		} else {
+			close(l) // lagged: the subscriber resubscribes from its seq
+		}
+	}
+	clear(rp.listeners[len(kept):])
+	rp.listeners = kept
+	if rp.closed {
+		for _, l := range rp.listeners {
+			close(l)
+		}
+		rp.listeners = nil
+		rp.reorder = nil
+		close(rp.done)
+	}
+}
+
+func (st *clientState) subscribe(id string) remoteSub {
+	if st.latched {
+		return remoteSub{err: st.c.cause}
+	}
+	rp := st.procs[id]
+	if rp == nil {
+		return remoteSub{err: ErrUnknownProcess}
+	}
+	if rp.failure != nil && rp.closed {
+		return remoteSub{err: rp.failure}
+	}
+	live := make(chan actors.Event, max(liveQueueCap, 3))
+	if rp.closed {
+		close(live)
+	} else {
+		rp.listeners = append(rp.listeners, live)
+	}
+	rs := remoteSub{live: live, upto: rp.next, exited: rp.exited, exitSeq: rp.exitSeq, exitCode: rp.exitCode, closed: rp.closed, closedSeq: rp.closedSeq}
+	if rp.histFrom > 0 {
+		rs.hist, rs.histFrom = append([]actors.Event(nil), rp.hist...), rp.histFrom
+	}
+	return rs
+}
+
+// remember adds an emitted event to the process's own history, drops the
+// oldest beyond the bounds, and schedules the history's release once the
+// process closed.
+func (st *clientState) remember(rp *rproc, ev actors.Event) {
+	if rp.histFrom == 0 {
+		if rp.histTimer != nil {
+			return // released after the close
+		}
+		rp.histFrom = ev.Seq
+	}
+	rp.hist = append(rp.hist, ev)
+	rp.histSize += len(ev.Data)
+	drop := 0
+	for drop < len(rp.hist)-1 && (rp.histSize > histBytes || len(rp.hist)-drop > histEvents) {
+		rp.histSize -= len(rp.hist[drop].Data)
+		drop++
+	}
+	if drop > 0 {
+		// Subscribers got copies: the dropped events can be cleared.
+		clear(rp.hist[:drop])
+		rp.hist = rp.hist[drop:]
+		rp.histFrom = rp.hist[0].Seq
+	}
+	if rp.closed {
+		c, id := st.c, rp.id
+		rp.histTimer = time.AfterFunc(histKeep, func() { c.toActor(dropHistMsg{id: id, rp: rp}) })
+	}
+}
+
+// resume runs on the actor after a reconnect: resend unanswered requests
+// (writes keep their writeId) and catch every open process up.
+func (st *clientState) resume() {
+	c := st.c
+	ids := make([]int64, 0, len(st.pending))
+	for id, p := range st.pending {
+		p.resent = true
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	frames := make([][]byte, len(ids))
+	for i, id := range ids {
+		frames[i] = st.pending[id].frame
+	}
+	stop := st.stopIO
+	c.wg.Go(func() {
+		for _, f := range frames {
+			select {
+			case c.outbound <- f:
+			case <-stop:
+				return
+			}
+		}
+	})
+	for _, rp := range st.procs {
+		if rp.closed {
+			continue
+		}
+		id, after := rp.id, rp.next-1
+		c.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var res wire.ReadResult
+			if err := c.call(ctx, wire.MethodProcessRead, wire.ReadParams{ProcessID: id, AfterSeq: after}, &res); err != nil {
+				c.log.Warn("catch-up read failed", zap.String("process_id", id), zap.Error(err))
+				return
+			}
+			c.toActor(catchUpMsg{id: id, res: res})
+		})
+	}
+}
+
+// catchUp feeds a catch-up read into the seq order. Exit and close are
+// inferred: closed holds the highest seq; an exit the read reports and this
+// client has not seen is the newest seq that is neither output nor close
+// (retention evicts the oldest output first). Every other seq the read
+// lacks, and no notification brought, is output evicted while the client
+// was away: it is delivered as a gap, one per run of seqs.
+func (st *clientState) catchUp(id string, res wire.ReadResult) {
+	rp := st.procs[id]
+	if rp == nil || rp.closed {
+		return
+	}
+	have := map[uint64]bool{}
+	for _, ch := range res.Chunks {
+		have[ch.Seq] = true
+		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventOutput, Seq: ch.Seq, Stream: streamOf(ch.Stream), Data: ch.Chunk})
+	}
+	top := res.NextSeq // first unassigned seq
+	var closedSeq uint64
+	if res.Closed && top > 0 {
+		closedSeq = top - 1
+	}
+	exitKnown := rp.exited
+	for _, ev := range rp.reorder {
+		exitKnown = exitKnown || ev.Kind == actors.EventExited
+	}
+	var missing []uint64
+	for s := rp.next; s < top; s++ {
+		if _, held := rp.reorder[s]; !held && !have[s] && s != closedSeq {
+			missing = append(missing, s)
+		}
+	}
+	var exitSeq uint64
+	if res.Exited && !exitKnown && len(missing) > 0 {
+		exitSeq = missing[len(missing)-1]
+		missing = missing[:len(missing)-1]
+	}
+	for i := 0; i < len(missing); {
+		j := i
+		for j+1 < len(missing) && missing[j+1] == missing[j]+1 {
+			j++
+		}
+		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventGap, Seq: missing[i], To: missing[j]})
+		i = j + 1
+	}
+	if exitSeq > 0 {
+		code := 0
+		if res.ExitCode != nil {
+			code = *res.ExitCode
+		}
+		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventExited, Seq: exitSeq, ExitCode: code})
+	}
+	if closedSeq > 0 {
+		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventClosed, Seq: closedSeq})
+	}
+}
+
+// subscribe registers a live queue on the client actor, then fetches the
+// history before it with process/read; seq addressing makes the two meet
+// without gap or duplicate.
+func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscription, error) {
+	reply := make(chan remoteSub, 1)
+	select {
+	case p.c.mbox <- subscribeRemoteMsg{id: p.id, reply: reply}:
+	case <-p.c.failed:
+		return subscription{}, p.c.cause
+	case <-ctx.Done():
+		return subscription{}, ctx.Err()
+	}
+	var rs remoteSub
+	select {
+	case rs = <-reply:
+	case <-p.c.failed:
+		return subscription{}, p.c.cause
+	}
+	if rs.err != nil {
+		return subscription{}, rs.err
+	}
+	var history []actors.Event
+	if after+1 < rs.upto && rs.histFrom > 0 && rs.histFrom <= after+1 {
+		// The client still has everything after `after`: no read, and
+		// nothing the server may have forgotten is missed.
+		for _, ev := range rs.hist {
+			switch {
+			case ev.Kind == actors.EventGap && ev.To > after:
+				ev.Seq = max(ev.Seq, after+1)
+				history = append(history, ev)
+			case ev.Kind != actors.EventGap && ev.Seq > after:
+				history = append(history, ev)
+			}
+		}
+	} else if after+1 < rs.upto {
+		res, err := p.Read(ctx, after, 0, 0)
+		if err != nil {
+			return subscription{}, err
+		}
+		var evs []actors.Event
+		for _, ch := range res.Chunks {
+			if ch.Seq < rs.upto {
+				evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventOutput, Seq: ch.Seq, Stream: streamOf(string(ch.Stream)), Data: ch.Data})
+			}
+		}
+		if rs.exited && rs.exitSeq > after && rs.exitSeq < rs.upto {
+			evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventExited, Seq: rs.exitSeq, ExitCode: rs.exitCode})
+		}
+		if rs.closed && rs.closedSeq > after && rs.closedSeq < rs.upto {
+			evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventClosed, Seq: rs.closedSeq})
+		}
+		sort.Slice(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
+		cur := after + 1
+		for _, ev := range evs {
+			if ev.Seq > cur {
+				history = append(history, actors.Event{ProcessID: p.id, Kind: actors.EventGap, Seq: cur, To: ev.Seq - 1})
+			}
+			history = append(history, ev)
+			cur = ev.Seq + 1
+		}
+		if cur < rs.upto {
+			history = append(history, actors.Event{ProcessID: p.id, Kind: actors.EventGap, Seq: cur, To: rs.upto - 1})
+		}
+	}
+	return subscription{history: history, live: rs.live}, nil
+}

@@ -1,0 +1,128 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/wire"
+)
+
+// backendsWith are the three backends on one configuration.
+func backendsWith(cfg Config) []backendCase {
+	return []backendCase{
+		{"local", func(t *testing.T) Backend {
+			c := cfg
+			c.Logger = zaptest.NewLogger(t)
+			l := NewLocal(c)
+			t.Cleanup(func() { _ = l.Close() })
+			return l
+		}},
+		{"websocket", func(t *testing.T) Backend { c, _ := newWSBackend(t, cfg, nil); return c }},
+		{"stdio", func(t *testing.T) Backend {
+			c := cfg
+			c.Logger = zaptest.NewLogger(t)
+			srv := NewServer(c)
+			toServerR, toServerW, _ := os.Pipe()
+			toClientR, toClientW, _ := os.Pipe()
+			served := make(chan struct{})
+			go func() {
+				_ = srv.ServeTransport(wire.NewStdioTransport(toServerR, toClientW, 0), false)
+				close(served)
+			}()
+			cl, err := NewClient(ctxT(t), wire.NewStdioTransport(toClientR, toServerW, 0), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cl.Close(); <-served; _ = srv.Close() })
+			return cl
+		}},
+	}
+}
+
+// A negative ClosedRetention forgets a closed process right after its
+// ending was delivered, never before: Wait always returns, and a
+// subscriber that arrives just after Start gets every event.
+func TestNegativeClosedRetention(t *testing.T) {
+	for _, bc := range backendsWith(Config{ClosedRetention: -1}) {
+		t.Run(bc.name, func(t *testing.T) {
+			b := bc.make(t)
+			for i := 0; i < 20; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				p, err := b.Start(ctx, sh(t, `echo out; echo err >&2; exit 3`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := p.Events(ctx)
+				if err != nil {
+					t.Fatalf("run %d: Events: %v", i, err)
+				}
+				evs := collect(t, ctx, s)
+				var out strings.Builder
+				for _, e := range evs {
+					out.WriteString(e.data)
+				}
+				n := len(evs)
+				if n < 2 || evs[n-2].kind != EventExited || evs[n-2].code != 3 || evs[n-1].kind != EventClosed || out.String() != "out\nerr\n" && out.String() != "err\nout\n" {
+					t.Fatalf("run %d: events %+v", i, evs)
+				}
+				if st, err := p.Wait(ctx); err != nil || st.Code != 3 {
+					t.Fatalf("run %d: Wait = %+v %v", i, st, err)
+				}
+				// Wait alone, without a subscriber.
+				q, err := b.Start(ctx, sh(t, `exit 4`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st, err := q.Wait(ctx); err != nil || st.Code != 4 {
+					t.Fatalf("run %d: Wait without subscriber = %+v %v", i, st, err)
+				}
+				cancel()
+			}
+		})
+	}
+}
+
+// A panic in one process's actor fails that process with a typed error
+// (Wait: *ProcessError, matching ErrProcessFailed) on every backend; the
+// backend keeps serving the others.
+func TestProcessPanicTypedError(t *testing.T) {
+	defer actors.SetTestHooks(actors.TestHooks{ProcessRequest: func(id string) {
+		if id == "bad" {
+			panic("injected process fault")
+		}
+	}})()
+	forEachBackend(t, func(t *testing.T, b Backend) {
+		ctx := ctxT(t)
+		bad, err := b.Start(ctx, Spec{ID: "bad", Argv: []string{"sleep", "1000"}, Dir: "/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bad.Signal(ctx, SigUser1); err == nil {
+			t.Fatal("a request to the failing process succeeded")
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err = bad.Wait(wctx)
+		var pe *ProcessError
+		if !errors.As(err, &pe) || !errors.Is(err, ErrProcessFailed) || pe.ID != "bad" || !strings.Contains(pe.Message, "injected process fault") {
+			t.Fatalf("Wait = %v; want a *ProcessError", err)
+		}
+		if _, err := bad.Read(ctx, 0, 0, 0); err == nil {
+			t.Fatal("Read of the failed process succeeded")
+		}
+		good, err := b.Start(ctx, sh(t, `echo fine; exit 2`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := good.Wait(ctx); err != nil || st.Code != 2 {
+			t.Fatalf("the other process: %+v %v", st, err)
+		}
+	})
+}
