@@ -49,6 +49,15 @@
 // [ProcessRef.Attach] registers the cursor at the next unassigned seq in one
 // actor step; process/read serves any retained suffix.
 //
+// Measurements go through the [Metrics] interface in Config.Metrics
+// (package runtime implements it with Prometheus; nil means [NopMetrics]):
+// the supervisor times spawns, each process actor reports its output,
+// evictions, exit reason and the time it held output back for a slow
+// subscriber, the registry its session counts, and the connection each
+// request's latency (when its answer is queued, by a waiter or the fs
+// worker for deferred ones) and every error answer (a refusal by a limit
+// carries wire.Error.Limit). Implementations must not block.
+//
 // # Failure semantics
 //
 // A connection latches one failure (context.WithCancelCause; the first

@@ -252,6 +252,7 @@ type process struct {
 
 	nextSeq     uint64
 	ring        *Ring
+	bp          backpressure // time output was held back for the subscriber
 	readSize    int
 	openStreams int
 	exitHeld    bool // an exit was reported and waits (up to exitHold) for the streams
@@ -293,6 +294,8 @@ type ProcConfig struct {
 	DrainAfterTerminate time.Duration
 	// ShutdownGrace is the SIGTERM-to-SIGKILL grace used when the supervisor stops.
 	ShutdownGrace time.Duration
+
+	metrics Metrics // set by NewSupervisor from Config.Metrics; never nil there
 }
 
 // ProcessRef is a handle on a process actor. All methods may be called
@@ -484,6 +487,7 @@ func newProcess(id string, argv []string, tty bool, sess Session, cfg ProcConfig
 		ring:     NewRing(cfg.RetainBytes, cfg.RetainChunks),
 		writeIDs: make(map[string]struct{}),
 	}
+	p.cfg.metrics = metricsOrNop(cfg.metrics)
 	p.readSize = min(maxReadChunk, p.ring.MaxBytes())
 	p.openStreams = len(sess.Streams())
 	p.stdinClosed = !sess.HasStdin()
@@ -574,6 +578,7 @@ func (p *process) stdinLoop() {
 func (p *process) run(stop, kill <-chan struct{}) {
 	defer close(p.done)
 	defer p.sess.Release()
+	defer p.endMetrics()
 	defer p.recoverPanic()
 	p.timer = time.NewTimer(time.Hour)
 	p.timer.Stop()
@@ -597,6 +602,7 @@ func (p *process) run(stop, kill <-chan struct{}) {
 		if p.canConsume() {
 			factsCh = p.facts
 		}
+		p.bp.update(factsCh == nil, p.cfg.metrics)
 		var stdinCh chan<- stdinOp
 		var op stdinOp
 		if len(p.stdinQueue) > 0 {
@@ -870,7 +876,11 @@ func (p *process) handleFact(f fact) {
 	case outputReadMsg:
 		seq := p.nextSeq
 		p.nextSeq++
-		p.ring.Append(OutputChunk{Seq: seq, Stream: f.stream, Data: f.data})
+		before := p.ring.Bytes()
+		if n := p.ring.Append(OutputChunk{Seq: seq, Stream: f.stream, Data: f.data}); n > 0 {
+			p.cfg.metrics.Evicted(n, before+len(f.data)-p.ring.Bytes())
+		}
+		p.cfg.metrics.OutputBytes(f.stream, len(f.data))
 		if p.sub != nil {
 			p.sub.pendingBytes += len(f.data)
 			p.sub.pendingChunks++
@@ -921,6 +931,7 @@ func (p *process) handleExit(code int) {
 	p.exited = true
 	p.exitCode = code
 	p.limit = p.sess.Limit(code)
+	p.cfg.metrics.ProcessExited(EndReason(p.limit, p.timedOut, p.terminating))
 	p.exitSeq = p.nextSeq
 	p.nextSeq++
 	if !p.terminating {

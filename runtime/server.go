@@ -84,6 +84,9 @@ type Config struct {
 	// larger one is an error; streamed bodies are not capped). Zero means
 	// DefaultMaxHTTPBodyBytes.
 	MaxHTTPBodyBytes int64
+	// Metrics collects Prometheus metrics in a registry of this server's
+	// own, served by ObservabilityHandler (see docs/operations.md).
+	Metrics bool
 }
 
 // Validate reports configuration errors that NewServer would otherwise
@@ -139,11 +142,12 @@ var ErrServerClosed = errors.New("runtime: server closed")
 // and transports, over one shared supervisor. Its methods may be called
 // concurrently.
 type Server struct {
-	cfg  Config
-	log  *zap.Logger
-	sup  *actors.Supervisor
-	iso  *isolation // the sandbox host and cgroup manager, released after the supervisor stops
-	svcs *services  // the supervised services, nil without Config.Services
+	cfg     Config
+	log     *zap.Logger
+	sup     *actors.Supervisor
+	iso     *isolation     // the sandbox host and cgroup manager, released after the supervisor stops
+	svcs    *services      // the supervised services, nil without Config.Services
+	metrics *serverMetrics // nil when Config.Metrics is off
 
 	initErr error // a configuration error: Serve and ServeTransport return it
 
@@ -176,8 +180,14 @@ func NewServer(cfg Config) *Server {
 		err = serr
 	}
 	scfg.Services = svcs.list
+	var metrics *serverMetrics
+	if cfg.Metrics {
+		metrics = newServerMetrics()
+		scfg.Metrics = metrics
+	}
 	return &Server{
 		svcs:      svcs,
+		metrics:   metrics,
 		cfg:       cfg,
 		log:       cfg.Logger,
 		initErr:   err,
@@ -192,8 +202,8 @@ func NewServer(cfg Config) *Server {
 // Config returns the effective configuration (defaults applied).
 func (s *Server) Config() Config { return s.cfg }
 
-// Handler returns the HTTP handler: GET /readyz, and websocket upgrades on
-// any other path, after the Origin and bearer-token checks.
+// Handler returns the HTTP handler: GET /healthz and /readyz, and websocket
+// upgrades on any other path, after the Origin and bearer-token checks.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -201,13 +211,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "requests with an Origin header are refused", http.StatusForbidden)
 		return
 	}
-	if r.URL.Path == "/readyz" && r.Method == http.MethodGet {
-		if s.isClosing() {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte("ok\n"))
+	if s.serveHealth(w, r) {
 		return
 	}
 	if s.cfg.AuthToken != "" && !s.authorized(r) {
@@ -291,7 +295,8 @@ func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
 	s.conns.Add(1)
 	s.mu.Unlock()
 	defer s.conns.Done()
-	return s.sup.ServeConn(s.ctx, t, actors.ConnOptions{Resumable: resumable, Logger: s.log.Named("conn")})
+	defer s.metrics.connOpened(t)()
+	return s.sup.ServeConn(s.ctx, t, actors.ConnOptions{Resumable: resumable, Logger: s.log.Named("conn"), MaxMessageBytes: s.cfg.MaxMessageBytes})
 }
 
 // Shutdown stops the server gracefully on every transport: it stops

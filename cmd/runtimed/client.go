@@ -23,15 +23,17 @@ import (
 type clientFlags struct {
 	connect   string
 	tokenFile string
+	ca        string
 }
 
 func (cf *clientFlags) register(fs *flag.FlagSet, connectRequired bool) {
-	help := "runtimed server URL (ws://IP:PORT)"
+	help := "runtimed server URL: ws://HOST:PORT, or wss://HOST:PORT for TLS"
 	if !connectRequired {
 		help += "; without it the command runs in an embedded runtime"
 	}
 	fs.StringVar(&cf.connect, "connect", "", help)
 	fs.StringVar(&cf.tokenFile, "token-file", "", "file holding the server's bearer token (or set RUNTIMED_AUTH_TOKEN)")
+	fs.StringVar(&cf.ca, "ca", "", "PEM certificate(s) to trust for a wss:// server (default: the system roots)")
 }
 
 func (cf *clientFlags) dial(ctx context.Context, opts runtime.ClientOptions) (*runtime.Client, error) {
@@ -43,7 +45,15 @@ func (cf *clientFlags) dial(ctx context.Context, opts runtime.ClientOptions) (*r
 		}
 		opts.Token = strings.TrimSpace(string(b))
 	}
-	return runtime.Dial(ctx, cf.connect, &opts)
+	if cf.ca != "" {
+		tc, err := runtime.LoadCA(cf.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		opts.TLSConfig = tc
+	}
+	c, err := runtime.Dial(ctx, cf.connect, &opts)
+	return c, explainDial(err, cf.connect, opts.Token != "")
 }
 
 // backend returns the remote client, or an embedded runtime without --connect.
@@ -168,12 +178,12 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var cf commandFlags
 	cf.register(fs)
 	tty := fs.Bool("t", false, "run on a terminal: raw local terminal, window size forwarded, restored on exit")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: runtimed exec [--connect URL] [-t] [--env K=V]... [--cwd DIR] -- CMD [ARGS...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	setUsage(fs, stderr, "runtimed exec [--connect URL [--token-file F] [--ca F]] [-t] [--env K=V]... [--cwd DIR] [--sandbox MODE] -- CMD [ARGS...]", `
+Runs CMD on a runtimed server (--connect), or in an embedded runtime without
+it, with local stdin, stdout and stderr connected, and exits with its exit
+code (127 when it cannot be started, 130 when interrupted).`)
+	if code, done := parseArgs(fs, args); done {
+		return code
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
@@ -368,12 +378,12 @@ func stdioCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cf commandFlags
 	cf.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: runtimed stdio [--connect URL] [--env K=V]... [--cwd DIR] -- CMD [ARGS...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	setUsage(fs, stderr, "runtimed stdio [--connect URL [--token-file F] [--ca F]] [--env K=V]... [--cwd DIR] -- CMD [ARGS...]", `
+Bridges local stdin and stdout to CMD byte for byte (for example an MCP
+server run remotely); CMD's stderr goes to local stderr. Exits with CMD's
+exit code.`)
+	if code, done := parseArgs(fs, args); done {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
@@ -425,8 +435,13 @@ func psCmd(args []string, stdout, stderr io.Writer) int {
 	var cf clientFlags
 	cf.register(fs, true)
 	session := fs.String("session", "", "session id to resume and list (sessions are listed per session)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	setUsage(fs, stderr, "runtimed ps --connect URL --session ID [--token-file F] [--ca F]", `
+Lists the processes of a session as a table: id, pid, state, exit code (or
+the limit that ended it), terminal, next seq and command. A session is
+resumed to list it: run it against a detached session (its client gone), or
+it is refused while another connection holds the session.`)
+	if code, done := parseArgs(fs, args); done {
+		return code
 	}
 	if cf.connect == "" {
 		fmt.Fprintln(stderr, "runtimed ps: --connect URL is required")
@@ -454,17 +469,6 @@ func psCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "runtimed ps:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%-20s %8s %-8s %5s %4s %8s  %s\n", "PROCESS", "PID", "STATE", "EXIT", "TTY", "NEXTSEQ", "COMMAND")
-	for _, p := range procs {
-		exit := "-"
-		if p.ExitCode != nil {
-			exit = fmt.Sprint(*p.ExitCode)
-		}
-		tty := "no"
-		if p.TTY {
-			tty = "yes"
-		}
-		fmt.Fprintf(stdout, "%-20s %8d %-8s %5s %4s %8d  %s\n", p.ID, p.Pid, p.State, exit, tty, p.NextSeq, strings.Join(p.Argv, " "))
-	}
+	printProcessTable(stdout, procs)
 	return 0
 }
