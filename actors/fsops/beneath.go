@@ -23,6 +23,9 @@ import (
 // *outsideError, which the answer turns into the usual -32600 "path {path}
 // is outside the allowed roots". With no roots configured (the whole
 // filesystem) the methods are the plain os functions, as before.
+// A replacement (a write, each file of a copy, fs/open in mode replace)
+// opens the destination's directory once beneath the root ([dir]) and does
+// its steps there by name.
 //
 // Errors read as the os functions' do (op and physical path: "open
 // /r/x: no such file or directory"), so that an answer does not depend on
@@ -203,37 +206,6 @@ func (r Roots) removeAll(phys string) error {
 	return rootError(root.RemoveAll(rel), "unlinkat", root, rel, phys)
 }
 
-// rename is os.Rename beneath the roots; both paths must be under the
-// same root (a temporary file and its destination share a directory).
-func (r Roots) rename(oldPhys, newPhys string) error {
-	root, oldRel, err := r.at(oldPhys)
-	if err != nil {
-		return err
-	}
-	if root == nil {
-		return os.Rename(oldPhys, newPhys)
-	}
-	newRoot, newRel, err := r.at(newPhys)
-	if err != nil {
-		return err
-	}
-	if newRoot != root {
-		return &os.LinkError{Op: "rename", Old: oldPhys, New: newPhys, Err: syscall.EXDEV}
-	}
-	err = root.Rename(oldRel, newRel)
-	switch {
-	case err == nil:
-		return nil
-	case escapes(err):
-		return &outsideError{path: newPhys}
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		return &os.LinkError{Op: "rename", Old: oldPhys, New: newPhys, Err: le.Err}
-	}
-	return err
-}
-
 // readlink is os.Readlink beneath the roots.
 func (r Roots) readlink(phys string) (string, error) {
 	root, rel, err := r.at(phys)
@@ -299,17 +271,93 @@ func (r Roots) readDir(phys string) ([]fs.DirEntry, error) {
 	return list, err
 }
 
-// syncDir fsyncs the directory phys, best effort.
-func (r Roots) syncDir(phys string) {
-	if d, err := r.openFile(phys, os.O_RDONLY, 0); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-}
-
 // isOutside reports whether err is an operation refused for leaving the
 // roots.
 func isOutside(err error) bool {
 	var oe *outsideError
 	return errors.As(err, &oe)
+}
+
+// dir is a directory that several operations use by name, one after the
+// other: the directory of a file being replaced (its temporary file, the
+// rename, the fsync). With roots it is opened beneath them once, as an
+// os.Root of its own: each name is then a single step for the kernel, and
+// every operation happens in that very directory. Without roots it is its
+// path. The caller closes it.
+type dir struct {
+	path string   // physical
+	root *os.Root // nil without roots
+}
+
+// parentOf opens the directory holding phys and returns it with phys's
+// name in it.
+func (r Roots) parentOf(phys string) (dir, string, error) {
+	parent, name := filepath.Dir(phys), filepath.Base(phys)
+	root, rel, err := r.at(parent)
+	if err != nil || root == nil {
+		return dir{path: parent}, name, err
+	}
+	sub, err := root.OpenRoot(rel)
+	if err != nil {
+		return dir{}, name, rootError(err, "open", root, rel, parent)
+	}
+	return dir{path: parent, root: sub}, name, nil
+}
+
+func (d dir) close() {
+	if d.root != nil {
+		d.root.Close()
+	}
+}
+
+// join returns the physical path of name in d.
+func (d dir) join(name string) string { return filepath.Join(d.path, name) }
+
+func (d dir) lstat(name string) (fs.FileInfo, error) {
+	if d.root == nil {
+		return os.Lstat(d.join(name))
+	}
+	fi, err := d.root.Lstat(name)
+	return fi, rootError(err, "lstat", d.root, name, d.join(name))
+}
+
+func (d dir) openFile(name string, flag int, perm fs.FileMode) (*os.File, error) {
+	if d.root == nil {
+		return os.OpenFile(d.join(name), flag, perm)
+	}
+	f, err := d.root.OpenFile(name, flag, perm)
+	return f, rootError(err, "open", d.root, name, d.join(name))
+}
+
+func (d dir) remove(name string) error {
+	if d.root == nil {
+		return os.Remove(d.join(name))
+	}
+	return rootError(d.root.Remove(name), "remove", d.root, name, d.join(name))
+}
+
+func (d dir) rename(oldName, newName string) error {
+	if d.root == nil {
+		return os.Rename(d.join(oldName), d.join(newName))
+	}
+	err := d.root.Rename(oldName, newName)
+	switch {
+	case err == nil:
+		return nil
+	case escapes(err):
+		return &outsideError{path: d.join(newName)}
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return &os.LinkError{Op: "rename", Old: d.join(oldName), New: d.join(newName), Err: le.Err}
+	}
+	return err
+}
+
+// sync fsyncs the directory, best effort.
+func (d dir) sync() {
+	if f, err := d.openFile(".", os.O_RDONLY, 0); err == nil {
+		_ = f.Sync()
+		f.Close()
+	}
 }

@@ -76,10 +76,12 @@ func TestBeneathRefusesEscapes(t *testing.T) {
 			"mkdirAll":  func() error { return roots.mkdirAll(via+"/d/e", 0o755) },
 			"remove":    func() error { return roots.remove(via + "/secret") },
 			"removeAll": func() error { return roots.removeAll(via + "/dir") },
-			"rename in": func() error { return roots.rename(via+"/secret", root+"/in/stolen") },
-			"rename out": func() error {
-				writeTestFile(t, root+"/in/planted", "x", 0o644)
-				return roots.rename(root+"/in/planted", via+"/planted")
+			"parentOf": func() error {
+				d, _, err := roots.parentOf(via + "/x")
+				if err == nil {
+					d.close()
+				}
+				return err
 			},
 			"readlink":    func() error { _, err := roots.readlink(via + "/secret"); return err },
 			"symlink":     func() error { return roots.symlink("x", via+"/l") },
@@ -89,12 +91,19 @@ func TestBeneathRefusesEscapes(t *testing.T) {
 			"copyFile":    func() error { return roots.copyFile(via+"/secret", root+"/in/copied", 0o644) },
 			"copyTree":    func() error { return roots.copyTree(root+"/in", via+"/tree", 0o755, true) },
 			"copySymlink": func() error { return roots.copySymlink(root+"/good-link", via+"/l") },
-			"createTemp": func() error {
-				f, _, err := roots.createTemp(via + "/x")
+			"startReplace": func() error {
+				f, _, err := roots.startReplace(via + "/x")
 				if err == nil {
 					f.Close()
 				}
 				return err
+			},
+			"endReplace": func() error {
+				f, tmp, err := roots.startReplace(root + "/in/x")
+				if err != nil {
+					return err
+				}
+				return roots.endReplace(f, tmp, via+"/secret")
 			},
 		}
 		for name, op := range ops {

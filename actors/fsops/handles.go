@@ -100,14 +100,11 @@ func (h *Handles) open(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if replace {
 		// The destination must be replaceable now (not a directory or a
 		// FIFO); its mode and owner are taken when it is replaced.
-		if _, err := roots.prepareReplace(t.phys, nil); err != nil {
+		tmp, tmpPath, err := roots.startReplace(t.phys)
+		if err != nil {
 			return nil, replaceError(err, t)
 		}
-		tmp, name, err := roots.createTemp(t.phys)
-		if err != nil {
-			return nil, osError(err, t)
-		}
-		nh = &handle{f: tmp, replace: true, roots: roots, tmp: name, dst: t.phys, t: t}
+		nh = &handle{f: tmp, replace: true, roots: roots, tmp: tmpPath, dst: t.phys, t: t}
 	} else {
 		f, _, werr := roots.openRegular(t)
 		if werr != nil {
@@ -195,12 +192,7 @@ func (h *Handles) close(raw json.RawMessage) (any, *wire.Error) {
 	}
 	// The destination's mode and owner as they are now; a destination that
 	// became a directory or a FIFO meanwhile is not replaced.
-	m, err := f.roots.prepareReplace(f.dst, nil)
-	if err != nil {
-		f.discard()
-		return nil, replaceError(err, f.t)
-	}
-	if err := f.roots.finishReplace(f.f, f.tmp, f.dst, m, true); err != nil {
+	if err := f.roots.endReplace(f.f, f.tmp, f.dst); err != nil {
 		return nil, replaceError(err, f.t)
 	}
 	return empty{}, nil
