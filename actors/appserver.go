@@ -179,6 +179,7 @@ func (c *conn) runApp(a *appProc) {
 					StderrCapReached: a.out[1].capReached,
 				}
 				c.notify(wire.NotifyProcessExited, note)
+				runTestHook(&hookAppExited, a.handle)
 				return
 			}
 		case <-c.ctx.Done():

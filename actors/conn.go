@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,6 +84,9 @@ type ConnOptions struct {
 	// TTL (websocket). Otherwise its end terminates the processes (stdio).
 	Resumable bool
 	Logger    *zap.Logger
+	// MaxMessageBytes is the transport's inbound limit, quoted in the
+	// answer to a message over it (0: wire.DefaultMaxMessageBytes).
+	MaxMessageBytes int
 }
 
 type handshake uint8
@@ -124,6 +128,7 @@ type conn struct {
 	apps    map[string]*appProc // app-server dialect handles of this connection
 	fsq     chan wire.Message   // to the fs worker, started on the first fs request
 	httpm   *httpManager        // the http manager, started on the first http/request
+	cur     curRequest          // the request being handled (metrics, logs)
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -184,7 +189,7 @@ func (c *conn) readLoop() {
 		data, err := c.t.ReadMessage(rctx)
 		if err != nil {
 			if errors.Is(err, wire.ErrMessageTooBig) {
-				c.reply(wire.MalformedID, nil, wire.Errorf(wire.CodeInvalidRequest, "message exceeds the %d-byte limit", wire.DefaultMaxMessageBytes))
+				c.reply(wire.MalformedID, nil, wire.ErrMessageTooLarge(cmp.Or(c.opts.MaxMessageBytes, wire.DefaultMaxMessageBytes)))
 				if _, ok := c.t.(*wire.StdioTransport); ok {
 					continue // stdio skipped the line and is still usable
 				}
@@ -197,6 +202,9 @@ func (c *conn) readLoop() {
 				}
 			}
 			return
+		}
+		if c.ctx.Err() != nil {
+			return // a request read after the latch is abandoned, as in flight on a drop
 		}
 		msg, perr := wire.Decode(data)
 		if perr != nil {
@@ -212,7 +220,7 @@ func (c *conn) readLoop() {
 				return
 			}
 		case wire.KindRequest:
-			c.safeRequest(msg)
+			c.timedRequest(msg)
 		}
 		if c.ctx.Err() != nil {
 			return
@@ -237,6 +245,9 @@ func (c *conn) notification(msg wire.Message) bool {
 
 // reply encodes a response and queues it for the writer.
 func (c *conn) reply(id wire.ID, result any, rerr *wire.Error) {
+	if rerr != nil {
+		c.sup.metrics.RequestError(rerr)
+	}
 	var b []byte
 	if rerr != nil {
 		b = wire.AppendError(nil, id, rerr)
@@ -248,6 +259,9 @@ func (c *conn) reply(id wire.ID, result any, rerr *wire.Error) {
 		}
 	}
 	if c.ctx.Err() != nil {
+		if rerr != nil && rerr.Code == wire.CodeInternal && rerr.Message == context.Cause(c.ctx).Error() {
+			return // "the connection ended" is not an answer: the client sees the end itself
+		}
 		// The writer is flushing for the last time: queue if there is room.
 		select {
 		case c.responses <- b:
@@ -422,6 +436,10 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
 		return
 	}
+	if werr := c.sup.cfg.FsRoots.Allow(p.Cwd); werr != nil { // --fs-root: the cwd too
+		c.reply(msg.ID, nil, werr)
+		return
+	}
 	if _, exists := c.session.Lookup(p.ProcessID); exists {
 		c.reply(msg.ID, nil, wire.ErrProcessExists(p.ProcessID))
 		return
@@ -485,6 +503,7 @@ func absPath(p string) (string, error) {
 // deferred runs wait on a tracked goroutine so the reader can go on; it
 // holds an inflight slot until the reply to request id is queued.
 func (c *conn) deferred(id wire.ID, wait func()) {
+	observe := c.deferObservation()
 	select {
 	case c.inflight <- struct{}{}:
 	case <-c.ctx.Done():
@@ -494,6 +513,7 @@ func (c *conn) deferred(id wire.ID, wait func()) {
 		defer func() { <-c.inflight }()
 		defer c.recoverPanic("request waiter", id)
 		wait()
+		observe()
 	})
 }
 
@@ -751,6 +771,9 @@ func (c *conn) list(msg wire.Message) {
 		out.Processes = append(out.Processes, wi)
 	}
 	sortInfos(out.Processes)
+	if c.sup.cfg.Services != nil {
+		out.Processes = append(out.Processes, c.sup.cfg.Services(c.ctx)...)
+	}
 	c.reply(msg.ID, out, nil)
 }
 
@@ -763,6 +786,7 @@ func sortInfos(infos []wire.ProcessInfo) {
 // read of one file) and owns the connection's fs/open handles, so a large
 // copy or read never holds up the reader, process requests or long polls.
 func (c *conn) fs(msg wire.Message) {
+	c.cur.deferred = true // the fs worker observes it
 	if c.fsq == nil {
 		c.fsq = make(chan wire.Message, connFsQueueCap)
 		c.wg.Go(c.fsWorker)
@@ -803,8 +827,10 @@ func (c *conn) fsWorker() {
 func (c *conn) fsRequest(msg wire.Message, w *fsops.Worker) (ok bool) {
 	defer c.recoverPanic("fs worker", msg.ID)
 	runTestHook(&hookFsRequest, msg.Method)
+	start := time.Now()
 	res, ferr := w.Handle(msg.Method, msg.Params)
 	c.reply(msg.ID, res, ferr)
+	c.observeRequest(msg.Method, msg.ID, start)
 	return true
 }
 

@@ -34,13 +34,20 @@ func memPipe() (*memTransport, *memTransport) {
 var errMemClosed = errors.New("mem transport closed")
 
 func (t *memTransport) ReadMessage(ctx context.Context) ([]byte, error) {
+	// What the peer wrote before it closed is delivered first, as a socket
+	// would (a select over both would pick at random).
 	select {
 	case m := <-t.in:
 		return m, nil
 	case <-t.closed:
 		return nil, errMemClosed
 	case <-t.peerClose:
-		return nil, errMemClosed
+		select {
+		case m := <-t.in:
+			return m, nil
+		default:
+			return nil, errMemClosed
+		}
 	}
 }
 
@@ -352,5 +359,31 @@ func TestFsRequestsKeepOrderOffTheReader(t *testing.T) {
 	}
 	if got["status"]["result"] == nil {
 		t.Fatalf("environment/status: %v", got["status"])
+	}
+}
+
+// The handle is free by the time its process/exited is sent: a client that
+// re-spawns it at once must succeed. The hook holds the adapter right after
+// it queued process/exited until that re-spawn was answered, which makes
+// the old order (release after the notification) fail every time.
+func TestAppServerHandleFreeWhenExitedIsSent(t *testing.T) {
+	sup := newTestSupervisor(t, 1<<20, 50_000)
+	hold := make(chan struct{})
+	var once sync.Once
+	defer SetTestHooks(TestHooks{AppExited: func(handle string) {
+		if handle == "h" {
+			once.Do(func() { <-hold })
+		}
+	}})()
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release() // never leave the adapter held
+	c := startConn(t, sup, true)
+	mustOK(t, c.call("process/spawn", spawnParams("h", `exit 0`, nil)))
+	c.waitNote(appExited("h"))
+	r := c.call("process/spawn", spawnParams("h", `exit 1`, nil))
+	release()
+	mustOK(t, r)
+	if ex := params(c.waitNote(appExited("h"))); ex["exitCode"] != float64(1) {
+		t.Fatalf("second process: %v", ex)
 	}
 }

@@ -52,6 +52,15 @@
 // [ProcessRef.Attach] registers the cursor at the next unassigned seq in one
 // actor step; process/read serves any retained suffix.
 //
+// Measurements go through the [Metrics] interface in Config.Metrics
+// (package runtime implements it with Prometheus; nil means [NopMetrics]):
+// the supervisor times spawns, each process actor reports its output,
+// evictions, exit reason and the time it held output back for a slow
+// subscriber, the registry its session counts, and the connection each
+// request's latency (when its answer is queued, by a waiter or the fs
+// worker for deferred ones) and every error answer (a refusal by a limit
+// carries wire.Error.Limit). Implementations must not block.
+//
 // # Failure semantics
 //
 // A connection latches one failure (context.WithCancelCause; the first
@@ -67,11 +76,10 @@
 // closed and its subscriber was handed exited and closed, or was dropped
 // (its connection ended: the latched cause is the reason; or Kill, logged).
 // The closed retention runs from that moment; zero or negative means the
-// actor ends right after delivery. Lag-mode listeners are offered output
-// only while their queue keeps room for exited and closed, so a listener
-// that keeps up always gets them; one that lagged is closed and
-// resubscribes from its seq (failing with ErrStopped if the process has
-// been forgotten meanwhile). Stop therefore waits for attached subscribers
+// actor ends right after delivery. Lag-mode listeners are not waited for:
+// one that lagged is closed and resubscribes from its seq, which fails
+// with ErrStopped if the process has been forgotten meanwhile (reported to
+// the stream's reader as a failure, never silent). Stop therefore waits for attached subscribers
 // to take the ending (a server's Shutdown gives them until its deadline,
 // then Kills); Kill drops them.
 //
@@ -136,9 +144,8 @@
 //     transport (TCP/pipe backpressure). When the connection ends, the
 //     writer's last flush writes what is queued for at most 250 ms; a peer
 //     that does not read gets nothing more.
-//   - Lag-mode listeners (Subscribe): the actor never blocks on them;
-//     output is offered only while exited and closed still fit behind it,
-//     otherwise the listener is closed (lagged) and resubscribes.
+//   - Lag-mode listeners (Subscribe): the actor never blocks on them; a
+//     full one is closed (lagged) and resubscribes.
 //   - Responses: bounded queue (256); a full queue blocks the producer.
 //     Long polls and writes are answered by waiter goroutines, at most 4096
 //     in flight per connection; beyond that the reader stops reading.

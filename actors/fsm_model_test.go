@@ -110,25 +110,18 @@ func (m *fsmModel) sig(s syscall.Signal) {
 	m.signals = append(m.signals, s)
 }
 
-// emit gives the next seq to an event: listeners are offered it (room for
-// the ending kept), and every long poll is answered (each waits for
-// anything after the seq it was issued at).
+// emit gives the next seq to an event: listeners are offered it (a full
+// one is closed: it lagged), and every long poll is answered (each waits
+// for anything after the seq it was issued at).
 func (m *fsmModel) emit(k EventKind) {
 	seq := m.nextSeq
 	m.nextSeq++
 	m.kinds = append(m.kinds, k)
-	need := 1
-	switch {
-	case k == EventOutput && m.phase < phaseExited:
-		need = 3
-	case k == EventOutput, k == EventExited:
-		need = 2
-	}
 	for _, l := range m.lags {
 		if l.ended {
 			continue
 		}
-		if l.capacity-len(l.queued) >= need {
+		if len(l.queued) < l.capacity {
 			l.queued = append(l.queued, seq)
 		} else {
 			l.lagged, l.ended = true, true

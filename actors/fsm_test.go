@@ -290,7 +290,7 @@ func (h *fsmHarness) subscribe(t *rapid.T) {
 		t.Skip("enough listeners")
 	}
 	after := rapid.Uint64Range(0, h.m.nextSeq-1).Draw(t, "after")
-	capacity := rapid.IntRange(3, 5).Draw(t, "capacity")
+	capacity := rapid.IntRange(1, 4).Draw(t, "capacity")
 	reply := make(chan Subscription, 1)
 	h.step("subscribe", func() {
 		h.p.handle(subscribeMsg{after: after, capacity: capacity, reply: reply})

@@ -36,6 +36,7 @@ type httpCall struct {
 	requestID string
 	stream    bool
 	prep      *httpreq.Prepared
+	observe   func() // reports the request's latency (metrics), once answered
 }
 
 // httpManager is the connection's http manager goroutine. It owns n (the
@@ -90,7 +91,7 @@ func (c *conn) httpRequest(msg wire.Message) {
 		return
 	}
 	select {
-	case c.httpm.in <- httpCall{id: msg.ID, requestID: p.RequestID, stream: p.StreamResponse, prep: prep}:
+	case c.httpm.in <- httpCall{id: msg.ID, requestID: p.RequestID, stream: p.StreamResponse, prep: prep, observe: c.deferObservation()}:
 	case <-c.ctx.Done():
 	}
 }
@@ -109,8 +110,10 @@ func (c *conn) httpManage() {
 			switch {
 			case m.n >= connHTTPCap:
 				c.reply(call.id, nil, wire.ErrHTTPBusy(connHTTPCap))
+				call.observe()
 			case call.stream && m.active[call.requestID]:
 				c.reply(call.id, nil, wire.ErrHTTPStreamActive(call.requestID))
+				call.observe()
 			default:
 				m.n++
 				release := func() {}
@@ -159,6 +162,7 @@ func (m *httpManager) drainReleased() {
 // frees a stream's requestId; it is called before the last delta is queued.
 func (c *conn) runHTTP(call httpCall, maxBody int64, release func()) {
 	resp, err := call.prep.Send(c.ctx)
+	call.observe() // the latency of http/request is the time to the response headers
 	if err != nil {
 		if c.ctx.Err() == nil {
 			c.reply(call.id, nil, httpError(err, maxBody))

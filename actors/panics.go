@@ -99,11 +99,11 @@ func safely(log *zap.Logger, f func()) {
 }
 
 // Test hooks. They are nil in production: only tests set them (through
-// SetTestHooks) to inject a panic into an actor. No message on the wire can
-// set or reach them.
+// SetTestHooks) to inject a panic into an actor or hold one at a chosen
+// point. No message on the wire can set or reach them.
 type testHook = func(string)
 
-var hookProcessRequest, hookConnRequest, hookFsRequest atomic.Pointer[testHook]
+var hookProcessRequest, hookConnRequest, hookFsRequest, hookAppExited atomic.Pointer[testHook]
 
 func runTestHook(h *atomic.Pointer[testHook], arg string) {
 	if f := h.Load(); f != nil {
@@ -120,6 +120,9 @@ type TestHooks struct {
 	ConnRequest func(method string)
 	// FsRequest runs in a connection's fs worker before it handles an fs request.
 	FsRequest func(method string)
+	// AppExited runs in an app-server adapter after it queued the
+	// dialect's process/exited for handle.
+	AppExited func(handle string)
 }
 
 // SetTestHooks installs h for tests (panic injection) and returns a
@@ -136,5 +139,6 @@ func SetTestHooks(h TestHooks) (restore func()) {
 	set(&hookProcessRequest, h.ProcessRequest)
 	set(&hookConnRequest, h.ConnRequest)
 	set(&hookFsRequest, h.FsRequest)
+	set(&hookAppExited, h.AppExited)
 	return func() { SetTestHooks(TestHooks{}) }
 }

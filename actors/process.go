@@ -146,6 +146,8 @@ type ProcConfig struct {
 	// Clock gives the actor its time and timer (nil: RealClock). Tests
 	// drive deadlines with a fake one.
 	Clock Clock
+
+	metrics Metrics // set by NewSupervisor from Config.Metrics; never nil there
 }
 
 // ProcessRef is a handle on a process actor. All methods may be called
@@ -308,7 +310,7 @@ type Subscription struct {
 // queue of the given capacity, in one actor step: no gap, no duplicate.
 func (r *ProcessRef) Subscribe(ctx context.Context, after uint64, capacity int) (Subscription, error) {
 	return ask(ctx, r.mbox, r.done, func(c chan<- Subscription) procMsg {
-		return subscribeMsg{after: after, capacity: max(capacity, listenerEndingRoom+1), reply: c}
+		return subscribeMsg{after: after, capacity: max(capacity, 1), reply: c}
 	})
 }
 
@@ -378,6 +380,7 @@ type process struct {
 	// Output, retention and subscribers (process_output.go).
 	nextSeq     uint64
 	ring        *Ring
+	bp          backpressure // time output was held back for the subscriber
 	readSize    int
 	openStreams int
 	sub         *subscription
@@ -418,6 +421,7 @@ func newProcess(id string, argv []string, tty bool, sess Session, cfg ProcConfig
 		ring:     NewRing(cfg.RetainBytes, cfg.RetainChunks),
 		writeIDs: make(map[string]struct{}),
 	}
+	p.cfg.metrics = metricsOrNop(cfg.metrics)
 	p.readSize = min(maxReadChunk, p.ring.MaxBytes())
 	p.openStreams = len(sess.Streams())
 	p.stdinClosed = !sess.HasStdin()

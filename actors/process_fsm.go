@@ -300,6 +300,7 @@ func (p *process) numberExit() {
 	}
 	p.exitCode = code
 	p.limit = p.sess.Limit(code)
+	p.cfg.metrics.ProcessExited(EndReason(p.limit, p.timedOut, to == phaseDraining))
 	p.exitSeq = p.nextSeq
 	p.nextSeq++
 	p.log.Debug("process exited", zap.Int("exit_code", code), zap.String("limit", p.limit))
@@ -445,6 +446,7 @@ func (p *process) begin() {
 func (p *process) run(stop, kill <-chan struct{}) {
 	defer close(p.done)
 	defer p.sess.Release()
+	defer p.endMetrics()
 	defer p.recoverPanic()
 	p.begin()
 	defer p.timer.Stop()
@@ -464,6 +466,7 @@ func (p *process) run(stop, kill <-chan struct{}) {
 		if p.canConsume() {
 			factsCh = p.facts
 		}
+		p.bp.update(factsCh == nil, p.cfg.metrics)
 		var stdinCh chan<- stdinOp
 		var op stdinOp
 		if len(p.stdinQueue) > 0 {

@@ -30,16 +30,16 @@ type pendingRead struct {
 	reply    chan<- ReadReply
 }
 
-// listenerEndingRoom is the room a lag-mode listener's queue keeps for the
-// ending: exited and closed always fit behind the output it was given.
-const listenerEndingRoom = 2
-
 func (p *process) handleFact(f fact) {
 	switch f := f.(type) {
 	case outputReadMsg:
 		seq := p.nextSeq
 		p.nextSeq++
-		p.ring.Append(OutputChunk{Seq: seq, Stream: f.stream, Data: f.data})
+		before := p.ring.Bytes()
+		if n := p.ring.Append(OutputChunk{Seq: seq, Stream: f.stream, Data: f.data}); n > 0 {
+			p.cfg.metrics.Evicted(n, before+len(f.data)-p.ring.Bytes())
+		}
+		p.cfg.metrics.OutputBytes(f.stream, len(f.data))
 		if p.sub != nil {
 			p.sub.pendingBytes += len(f.data)
 			p.sub.pendingChunks++
@@ -128,33 +128,18 @@ func (p *process) delivered(ev Event) {
 	}
 }
 
-// publish offers ev to every lag-mode listener without blocking. Output is
-// offered only while the queue keeps room for the ending events still to
-// come, so a listener that keeps up is always handed exited and closed; a
-// listener without that room is closed and dropped (it lagged, and
-// resubscribes from its seq).
+// publish offers ev to every lag-mode listener without blocking; a full
+// listener is closed and dropped (it lagged, and resubscribes from its seq).
 func (p *process) publish(ev Event) {
 	if len(p.listeners) == 0 {
 		return
 	}
-	need := 1 // closed
-	switch ev.Kind {
-	case EventOutput:
-		need = 2
-		if !p.exited() {
-			need = 1 + listenerEndingRoom
-		}
-	case EventExited:
-		need = listenerEndingRoom
-	}
 	kept := p.listeners[:0]
 	for _, l := range p.listeners {
-		// Only this goroutine sends on l, so the free room can only grow
-		// between this check and the send: the send never blocks.
-		if cap(l)-len(l) >= need {
-			l <- ev
+		select {
+		case l <- ev:
 			kept = append(kept, l)
-		} else {
+		default:
 			close(l)
 		}
 	}

@@ -130,6 +130,7 @@ func (r *registry) run() {
 			// Every process actor got the same stop and terminates itself.
 			return
 		}
+		r.sup.metrics.Sessions(len(r.attached), len(r.detached))
 	}
 }
 
@@ -179,6 +180,7 @@ func (r *registry) expire(now time.Time) {
 		if !now.Before(d.deadline) {
 			r.log.Info("detached session expired; terminating its processes", zap.String("session_id", id), zap.Int("processes", len(d.table.Procs)))
 			delete(r.detached, id)
+			r.sup.metrics.SessionExpired()
 			r.discard(d.table, reasonTTL)
 		}
 	}

@@ -23,7 +23,8 @@ type Config struct {
 	// MaxProcesses bounds the active (not yet closed) processes of one
 	// session, and the app-server processes of one connection.
 	MaxProcesses int
-	// FsRoots confines the fs/* methods (zero value: the whole filesystem).
+	// FsRoots confines the fs/* methods and process/start's cwd (zero
+	// value: the whole filesystem).
 	FsRoots fsops.Roots
 	// Isolation is the sandbox host and cgroup manager children are
 	// spawned with (zero value: sandboxes and limits are refused, trees
@@ -39,8 +40,14 @@ type Config struct {
 	Environment  hostenv.Info
 	Capabilities wire.Capabilities
 	// HTTP configures http/request.
-	HTTP   HTTPConfig
-	Logger *zap.Logger
+	HTTP HTTPConfig
+	// Services, if set, lists the server's supervised services' processes;
+	// process/list shows them after the session's own (they belong to no
+	// session, so they are listed, not controlled, there).
+	Services func(ctx context.Context) []wire.ProcessInfo
+	Logger   *zap.Logger
+	// Metrics receives measurements (nil: none are taken).
+	Metrics Metrics
 }
 
 // HTTPConfig configures http/request.
@@ -56,8 +63,9 @@ type HTTPConfig struct {
 //
 // All methods may be called concurrently.
 type Supervisor struct {
-	cfg Config
-	log *zap.Logger
+	cfg     Config
+	log     *zap.Logger
+	metrics Metrics // never nil
 
 	stopOnce, killOnce sync.Once
 	stopCh, killCh     chan struct{} // closed once by Stop/Kill (their only owner)
@@ -76,11 +84,14 @@ func NewSupervisor(cfg Config) *Supervisor {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
+	cfg.Metrics = metricsOrNop(cfg.Metrics)
+	cfg.Proc.metrics = cfg.Metrics
 	s := &Supervisor{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		stopCh: make(chan struct{}),
-		killCh: make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		metrics: cfg.Metrics,
+		stopCh:  make(chan struct{}),
+		killCh:  make(chan struct{}),
 	}
 	info := environmentInfo(cfg.Environment, cfg.Capabilities)
 	s.envInfo = &info
@@ -95,12 +106,13 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 	if s.stopped() {
 		return nil, ErrStopped
 	}
-	sess, err := startOS(spec, s.cfg.Isolation)
+	sess, err := s.startOS(spec)
 	if err != nil {
 		return nil, err
 	}
 	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, spec.Metadata, nil)
 	if ref == nil {
+		s.metrics.ProcessExited(EndTerminated)
 		discardSession(sess) // stopped while the child was being started
 		return nil, ErrStopped
 	}
@@ -115,17 +127,31 @@ func (s *Supervisor) SpawnListening(id string, spec Spec, capacity int) (*Proces
 	if s.stopped() {
 		return nil, nil, ErrStopped
 	}
-	sess, err := startOS(spec, s.cfg.Isolation)
+	sess, err := s.startOS(spec)
 	if err != nil {
 		return nil, nil, err
 	}
-	live := make(chan Event, max(capacity, listenerEndingRoom+1))
+	live := make(chan Event, max(capacity, 1))
 	ref := s.spawn(id, spec.Argv, spec.TTY, sess, nil, spec.Timeout, spec.Metadata, live)
 	if ref == nil {
+		s.metrics.ProcessExited(EndTerminated)
 		discardSession(sess)
 		return nil, nil, ErrStopped
 	}
 	return ref, live, nil
+}
+
+// startOS starts the child and measures it: a started process is counted
+// (its actor reports the exit), a failed start too.
+func (s *Supervisor) startOS(spec Spec) (Session, error) {
+	t0 := time.Now()
+	sess, err := startOS(spec, s.cfg.Isolation)
+	if err != nil {
+		s.metrics.SpawnFailed()
+		return nil, err
+	}
+	s.metrics.ProcessStarted(time.Since(t0))
+	return sess, nil
 }
 
 // discardSession kills and reaps a started child that no actor will own.
@@ -142,7 +168,12 @@ func discardSession(sess Session) {
 // SpawnSession starts a process actor around an already started session
 // (tests pass a fake one). It returns nil once the supervisor has stopped.
 func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Session, sub *Subscriber) *ProcessRef {
-	return s.spawn(id, argv, tty, sess, sub, 0, nil, nil)
+	s.metrics.ProcessStarted(0)
+	ref := s.spawn(id, argv, tty, sess, sub, 0, nil, nil)
+	if ref == nil {
+		s.metrics.ProcessExited(EndTerminated)
+	}
+	return ref
 }
 
 // spawn starts the actor around sess; nil when the supervisor has stopped.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -145,6 +147,44 @@ type ExitStatus struct {
 
 // Success reports whether the exit code is 0.
 func (s ExitStatus) Success() bool { return s.Code == 0 }
+
+// Signaled reports whether the process was killed by a signal. The
+// protocol reports a signal death as 128+N (as shells do), so a process
+// that itself exits with a code in 129..192 reads as signaled too.
+func (s ExitStatus) Signaled() bool { return s.Code > 128 && s.Code <= 128+64 }
+
+// Exited reports whether the process exited on its own (not by a signal).
+func (s ExitStatus) Exited() bool { return !s.Signaled() }
+
+// ExitCode is the code the process exited with, or -1 if a signal killed it
+// (like os.ProcessState.ExitCode).
+func (s ExitStatus) ExitCode() int {
+	if s.Signaled() {
+		return -1
+	}
+	return s.Code
+}
+
+// Signal is the signal that killed the process, or -1.
+func (s ExitStatus) Signal() syscall.Signal {
+	if !s.Signaled() {
+		return -1
+	}
+	return syscall.Signal(s.Code - 128)
+}
+
+// String reads like os.ProcessState's: "exit status 3", "signal: killed",
+// with the limit that ended it, if any: "signal: killed (memory limit)".
+func (s ExitStatus) String() string {
+	out := "exit status " + strconv.Itoa(s.Code)
+	if s.Signaled() {
+		out = "signal: " + s.Signal().String()
+	}
+	if s.Limit != "" {
+		out += " (" + s.Limit + " limit)"
+	}
+	return out
+}
 
 // Sentinel errors. Errors from remote calls wrap these where they apply.
 var (

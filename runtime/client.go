@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,9 @@ type ClientOptions struct {
 	Token string
 	// Header adds headers to the websocket upgrade.
 	Header http.Header
+	// TLSConfig verifies a wss:// server; nil means the system roots (see
+	// LoadCA for a private certificate authority).
+	TLSConfig *tls.Config
 	// ClientName is sent in initialize; default "runtimed-go".
 	ClientName string
 	// ResumeSessionID, if set, resumes that detached session instead of
@@ -108,8 +112,10 @@ const (
 	reorderLimit = 1 << 16
 )
 
-// Dial connects to a runtimed websocket URL (ws://IP:PORT) and performs
-// the handshake.
+// Dial connects to a runtimed websocket URL (ws://HOST:PORT, or
+// wss://HOST:PORT over TLS) and performs the handshake. A URL of another
+// form is an error wrapping ErrBadURL; a server that refuses the token is
+// an error wrapping ErrUnauthorized.
 func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error) {
 	var o ClientOptions
 	if opts != nil {
@@ -118,6 +124,9 @@ func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error)
 	o = o.withDefaults()
 	dial := o.DialTransport
 	if dial == nil {
+		if err := checkDialURL(url); err != nil {
+			return nil, err
+		}
 		header := o.Header.Clone()
 		if header == nil {
 			header = http.Header{}
@@ -126,7 +135,7 @@ func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error)
 			header.Set("Authorization", "Bearer "+o.Token)
 		}
 		dial = func(ctx context.Context) (wire.Transport, error) {
-			return wire.DialWebsocket(ctx, url, header, o.MaxMessageBytes)
+			return dialWebsocket(ctx, url, header, o.TLSConfig, o.MaxMessageBytes)
 		}
 	}
 	return connect(ctx, o, dial, nil)

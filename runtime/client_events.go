@@ -153,36 +153,26 @@ func (st *clientState) emit(rp *rproc, ev actors.Event) {
 	} else {
 		rp.next = ev.Seq + 1
 	}
-	need := 1 // room a listener needs for ev and the ending still to come
 	switch ev.Kind {
 	case actors.EventExited:
 		rp.exited, rp.exitSeq, rp.exitCode = true, ev.Seq, ev.ExitCode
 		if ev.Limit != "" {
 			rp.limit = ev.Limit
 		}
-		need = 2
 	case actors.EventClosed:
 		rp.closed, rp.closedSeq = true, ev.Seq
 	case actors.EventFailed:
 		rp.closed, rp.closedSeq = true, ev.Seq
 		rp.failure = &ProcessError{ID: rp.id, Message: ev.Failure}
-	default: // output, gap
-		need = 2
-		if !rp.exited {
-			need = 3
-		}
 	}
 	st.remember(rp, ev)
 	kept := rp.listeners[:0]
 	for _, l := range rp.listeners {
-		// Only this goroutine sends on l: the room cannot shrink before
-		// the send. Output goes only where exited and closed still fit, so
-		// a listener that keeps up always gets the ending.
-		if cap(l)-len(l) >= need {
-			l <- ev
+		select {
+		case l <- ev:
 			kept = append(kept, l)
-		} else {
-			close(l) // lagged: the subscriber resubscribes from its seq
+		default:
+			close(l) // lagged: the subscriber resubscribes from its seq (the client's history first)
 		}
 	}
 	clear(rp.listeners[len(kept):])
@@ -208,7 +198,7 @@ func (st *clientState) subscribe(id string) remoteSub {
 	if rp.failure != nil && rp.closed {
 		return remoteSub{err: rp.failure}
 	}
-	live := make(chan actors.Event, max(liveQueueCap, 3))
+	live := make(chan actors.Event, liveQueueCap)
 	if rp.closed {
 		close(live)
 	} else {

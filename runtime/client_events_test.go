@@ -208,7 +208,9 @@ func TestClientFirstSubscriberNeedsNoHistoryRead(t *testing.T) {
 		s.exited("p", 2, 3)
 		s.closed("p", 3)
 	})
-	st, err := p.Events(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	st, err := p.Events(ctx) // the fake server answers no read
 	if err != nil {
 		t.Fatal(err)
 	}

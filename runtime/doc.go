@@ -26,6 +26,14 @@
 // closing; past ctx it kills at once. Close ends the connections first and
 // then kills, so a client sees its connection drop, never the kill.
 //
+// TLS: serve on tls.NewListener(l, r.TLSConfig()) with a [CertReloader] r
+// (run r.Run in a goroutine; r.Reload on SIGHUP); clients Dial a wss://
+// URL with ClientOptions.TLSConfig from [LoadCA], or the system roots.
+// Observability: Config.Metrics keeps Prometheus metrics in a registry of
+// the server's own (no global registry); [Server.ObservabilityHandler]
+// serves /metrics, /healthz, /readyz and optionally /debug/pprof/.
+// docs/operations.md lists the metrics.
+//
 // Defaults (a zero Config means all of them): detach TTL 30 s, retention
 // 1 MiB and 50 000 chunks per process, closed processes kept 30 s (from
 // the moment their ending was delivered; a negative ClosedRetention
@@ -46,7 +54,11 @@
 // goroutines. An [EventStream] is read by one goroutine at a time. Local
 // runs the actors of package actors in this process; Client runs one actor
 // goroutine that owns its pending calls and its view of each process, plus
-// one reader and one writer goroutine per transport.
+// one reader and one writer goroutine per transport. A CertReloader has
+// one goroutine (Run) that loads pairs; TLS handshakes read the current
+// pair through an atomic pointer. The metrics are Prometheus collectors,
+// safe for concurrent use; the actors call them through the
+// actors.Metrics interface and never import Prometheus.
 //
 // # Failure semantics
 //
@@ -74,11 +86,15 @@
 // other process, connection and caller is unaffected.
 //
 // Endings: Wait always returns (the exit status, a *ProcessError, or the
-// latched disconnect). A subscriber that keeps up always gets exited and
-// closed: queues keep room for them. A subscriber made right after Start
+// latched disconnect). A subscriber made right after Start
 // sees every event from seq 1 even if the process was already forgotten
 // (Local registers its first subscriber's queue at spawn; a Client keeps
 // its own history, below).
+//
+// Dial refuses a URL that is not ws:// or wss:// with [ErrBadURL] (the
+// message suggests the fix) and a 401 with [ErrUnauthorized]. A TLS pair
+// that fails to load is an error from NewCertReloader; later a failed
+// reload is logged and the previous pair stays in use.
 //
 // # Backpressure
 //

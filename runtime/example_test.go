@@ -34,7 +34,10 @@ func Example() {
 	for {
 		ev, err := events.Next(ctx)
 		if err == io.EOF {
-			break
+			break // closed: every event was delivered
+		}
+		if err != nil {
+			panic(err) // the context ended; without this the loop would spin
 		}
 		switch ev.Kind {
 		case runtime.EventOutput:

@@ -65,11 +65,18 @@ func TestNegativeClosedRetention(t *testing.T) {
 				}
 				evs := collect(t, ctx, s)
 				var out strings.Builder
-				for _, e := range evs {
-					out.WriteString(e.data)
+				exits := 0
+				for j, e := range evs {
+					out.WriteString(e.data) // output may follow the exit (PROTOCOL.md §4)
+					if e.kind == EventExited && e.code == 3 {
+						exits++
+					}
+					if e.seq != uint64(j+1) {
+						t.Fatalf("run %d: seq %d at %d", i, e.seq, j)
+					}
 				}
 				n := len(evs)
-				if n < 2 || evs[n-2].kind != EventExited || evs[n-2].code != 3 || evs[n-1].kind != EventClosed || out.String() != "out\nerr\n" && out.String() != "err\nout\n" {
+				if n == 0 || exits != 1 || evs[n-1].kind != EventClosed || out.String() != "out\nerr\n" && out.String() != "err\nout\n" {
 					t.Fatalf("run %d: events %+v", i, evs)
 				}
 				if st, err := p.Wait(ctx); err != nil || st.Code != 3 {
@@ -125,4 +132,41 @@ func TestProcessPanicTypedError(t *testing.T) {
 			t.Fatalf("the other process: %+v %v", st, err)
 		}
 	})
+}
+
+// Server.Close ends the connections before it kills the processes: a
+// client sees its connection drop (every stream fails with the
+// disconnect), never the deaths the kill causes.
+func TestServerCloseShowsTheDropNotTheKill(t *testing.T) {
+	c, ws := newWSBackend(t, Config{}, nil)
+	ctx := ctxT(t)
+	var streams []*EventStream
+	var procs []Process
+	for i := 0; i < 20; i++ {
+		p, err := c.Start(ctx, sh(t, `echo up; exec sleep 1000`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := p.Events(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev, err := s.Next(ctx); err != nil || ev.Kind != EventOutput {
+			t.Fatalf("first event %+v %v", ev, err)
+		}
+		streams, procs = append(streams, s), append(procs, p)
+	}
+	ws.stop()
+	for i, s := range streams {
+		ev, err := s.Next(ctx)
+		for err == nil && ev.Kind == EventLagged { // the latch closes live queues first
+			ev, err = s.Next(ctx)
+		}
+		if err != nil || ev.Kind != EventFailed || !errors.Is(ev.Err, ErrDisconnected) {
+			t.Fatalf("process %d: after Close the stream got %+v %v; want the disconnect, not an exit", i, ev, err)
+		}
+		if _, err := procs[i].Wait(ctx); !errors.Is(err, ErrDisconnected) {
+			t.Fatalf("process %d: Wait = %v", i, err)
+		}
+	}
 }

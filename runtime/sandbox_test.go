@@ -59,3 +59,23 @@ func TestBackendSandboxParity(t *testing.T) {
 		}
 	})
 }
+
+func TestExitStatus(t *testing.T) {
+	for _, c := range []struct {
+		st     ExitStatus
+		exited bool
+		code   int
+		sig    int
+		str    string
+	}{
+		{ExitStatus{Code: 0}, true, 0, -1, "exit status 0"},
+		{ExitStatus{Code: 3}, true, 3, -1, "exit status 3"},
+		{ExitStatus{Code: 137, Limit: LimitMemory}, false, -1, 9, "signal: killed (memory limit)"},
+		{ExitStatus{Code: 143}, false, -1, 15, "signal: terminated"},
+		{ExitStatus{Code: 124}, true, 124, -1, "exit status 124"},
+	} {
+		if c.st.Exited() != c.exited || c.st.ExitCode() != c.code || int(c.st.Signal()) != c.sig || c.st.String() != c.str || c.st.Signaled() == c.exited {
+			t.Errorf("%+v: exited %v code %d signal %d %q", c.st, c.st.Exited(), c.st.ExitCode(), c.st.Signal(), c.st.String())
+		}
+	}
+}

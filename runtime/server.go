@@ -74,6 +74,9 @@ type Config struct {
 	// Containment is ContainAuto (a cgroup per process tree where this host
 	// allows it) or ContainProcessGroup.
 	Containment string
+	// Services are kept running by the server (StartServices; runtimed
+	// serve --supervise FILE) and shown by process/list of every session.
+	Services []Service
 	// DisableHTTPRequests refuses http/request (-32602, saying so); by
 	// default clients may make HTTP requests from the server's network.
 	DisableHTTPRequests bool
@@ -81,6 +84,9 @@ type Config struct {
 	// larger one is an error; streamed bodies are not capped). Zero means
 	// DefaultMaxHTTPBodyBytes.
 	MaxHTTPBodyBytes int64
+	// Metrics collects Prometheus metrics in a registry of this server's
+	// own, served by ObservabilityHandler (see docs/operations.md).
+	Metrics bool
 }
 
 // Validate reports configuration errors that NewServer would otherwise
@@ -136,10 +142,12 @@ var ErrServerClosed = errors.New("runtime: server closed")
 // and transports, over one shared supervisor. Its methods may be called
 // concurrently.
 type Server struct {
-	cfg Config
-	log *zap.Logger
-	sup *actors.Supervisor
-	iso *isolation // the sandbox host and cgroup manager, released after the supervisor stops
+	cfg     Config
+	log     *zap.Logger
+	sup     *actors.Supervisor
+	iso     *isolation     // the sandbox host and cgroup manager, released after the supervisor stops
+	svcs    *services      // the supervised services, nil without Config.Services
+	metrics *serverMetrics // nil when Config.Metrics is off
 
 	initErr error // a configuration error: Serve and ServeTransport return it
 
@@ -167,7 +175,19 @@ func NewServer(cfg Config) *Server {
 		roots, _ = fsops.NewRoots([]string{os.TempDir()})
 	}
 	scfg.FsRoots = roots
+	svcs, serr := newServices(cfg)
+	if err == nil {
+		err = serr
+	}
+	scfg.Services = svcs.list
+	var metrics *serverMetrics
+	if cfg.Metrics {
+		metrics = newServerMetrics()
+		scfg.Metrics = metrics
+	}
 	return &Server{
+		svcs:      svcs,
+		metrics:   metrics,
 		cfg:       cfg,
 		log:       cfg.Logger,
 		initErr:   err,
@@ -182,8 +202,8 @@ func NewServer(cfg Config) *Server {
 // Config returns the effective configuration (defaults applied).
 func (s *Server) Config() Config { return s.cfg }
 
-// Handler returns the HTTP handler: GET /readyz, and websocket upgrades on
-// any other path, after the Origin and bearer-token checks.
+// Handler returns the HTTP handler: GET /healthz and /readyz, and websocket
+// upgrades on any other path, after the Origin and bearer-token checks.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
@@ -191,13 +211,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "requests with an Origin header are refused", http.StatusForbidden)
 		return
 	}
-	if r.URL.Path == "/readyz" && r.Method == http.MethodGet {
-		if s.isClosing() {
-			http.Error(w, "shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte("ok\n"))
+	if s.serveHealth(w, r) {
 		return
 	}
 	if s.cfg.AuthToken != "" && !s.authorized(r) {
@@ -281,7 +295,8 @@ func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
 	s.conns.Add(1)
 	s.mu.Unlock()
 	defer s.conns.Done()
-	return s.sup.ServeConn(s.ctx, t, actors.ConnOptions{Resumable: resumable, Logger: s.log.Named("conn")})
+	defer s.metrics.connOpened(t)()
+	return s.sup.ServeConn(s.ctx, t, actors.ConnOptions{Resumable: resumable, Logger: s.log.Named("conn"), MaxMessageBytes: s.cfg.MaxMessageBytes})
 }
 
 // Shutdown stops the server gracefully on every transport: it stops
@@ -296,6 +311,7 @@ func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer s.iso.release()
 	s.stopAccepting()
+	s.svcs.stop(ctx)
 	s.sup.Stop()
 	err := s.sup.Wait(ctx)
 	if err != nil {
@@ -346,6 +362,7 @@ func (s *Server) waitConns(d time.Duration) error {
 func (s *Server) Close() error {
 	defer s.iso.release()
 	s.stopAccepting()
+	s.svcs.kill()
 	s.cancel(&actors.ConnError{Reason: actors.ReasonShutdown})
 	s.conns.Wait()
 	s.sup.Kill()

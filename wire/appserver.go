@@ -122,5 +122,7 @@ func ErrWriteStdinEmpty() *Error {
 // ErrProcessLimit is the answer when a session or connection already has
 // its maximum of active processes.
 func ErrProcessLimit(n int) *Error {
-	return Errorf(CodeInvalidRequest, "too many processes: this session already has %d active processes (the server's limit; see --max-processes)", n)
+	e := Errorf(CodeInvalidRequest, "too many processes: this session already has %d active processes (the server's limit; see --max-processes)", n)
+	e.Limit = "processes"
+	return e
 }

@@ -5,6 +5,12 @@
 // messages: stdio (one message per line) and websocket (one per frame, via
 // github.com/coder/websocket). It knows nothing of processes.
 //
+// The protocol itself is specified in docs/PROTOCOL.md at the root of the
+// repository: every method, field, default, limit, notification and error
+// message. "PROTOCOL.md section N" in comments throughout the code means
+// that file. TestProtocolDoc fails when a Method* or Notify* constant of
+// this package has no section there.
+//
 // # Usage
 //
 // A server decodes each inbound message with [Decode], decodes params with

@@ -23,6 +23,10 @@ const (
 type Error struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
+	// Limit names the configured limit that refused the request (for
+	// metrics: "processes", "message_bytes", "fs_handles", ...); empty for
+	// other errors. It is not sent.
+	Limit string `json:"-"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("wire: rpc error %d: %s", e.Code, e.Message) }
@@ -109,6 +113,14 @@ func ErrNotPTY() *Error {
 	return Errorf(CodeInvalidRequest, "process is not attached to a PTY")
 }
 
+// ErrMessageTooLarge answers (with id -1) an inbound message over the
+// transport's limit of n bytes.
+func ErrMessageTooLarge(n int) *Error {
+	e := Errorf(CodeInvalidRequest, "message exceeds the %d-byte limit", n)
+	e.Limit = "message_bytes"
+	return e
+}
+
 // ErrMalformed is the error for a message that is not valid JSON or not a
 // valid envelope; it is answered with id -1.
 func ErrMalformed(detail string) *Error {
@@ -147,7 +159,9 @@ func ErrHTTPStreamActive(requestID string) *Error {
 
 // ErrHTTPBusy: the connection already has the most requests in flight.
 func ErrHTTPBusy(limit int) *Error {
-	return Errorf(CodeInvalidRequest, "at most %d http requests may be in flight per connection", limit)
+	e := Errorf(CodeInvalidRequest, "at most %d http requests may be in flight per connection", limit)
+	e.Limit = "http_requests"
+	return e
 }
 
 // ErrHTTPFailed: the request could not be sent or its headers not received

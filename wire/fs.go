@@ -288,7 +288,9 @@ func ErrReadBlockLen() *Error {
 }
 
 func ErrTooManyHandles() *Error {
-	return Errorf(CodeInvalidRequest, "at most %d file reads may be open per connection", FsMaxHandles)
+	e := Errorf(CodeInvalidRequest, "at most %d file reads may be open per connection", FsMaxHandles)
+	e.Limit = "fs_handles"
+	return e
 }
 
 func ErrUnknownHandle(handle string) *Error {
@@ -312,14 +314,18 @@ func ErrReadOffset(offset uint64) *Error {
 }
 
 func ErrFileTooLarge(path string, limit int64) *Error {
-	return Errorf(CodeInvalidRequest,
+	e := Errorf(CodeInvalidRequest,
 		"file %s is larger than the fs/readFile limit of %d bytes; read it in blocks with fs/open and fs/readBlock",
 		path, limit)
+	e.Limit = "fs_read_file_bytes"
+	return e
 }
 
 func ErrTooManyEntries(path string, limit int) *Error {
-	return Errorf(CodeInvalidRequest,
+	e := Errorf(CodeInvalidRequest,
 		"directory %s has more than %d entries, the most fs/readDirectory returns", path, limit)
+	e.Limit = "fs_directory_entries"
+	return e
 }
 
 func ErrNotRegularFile(path string) *Error {
@@ -353,7 +359,9 @@ func ErrUnknownOpenMode(mode string) *Error {
 // replace (a read keeps ErrTooManyHandles's section 5 text); one limit
 // counts both kinds.
 func ErrTooManyFileHandles() *Error {
-	return Errorf(CodeInvalidRequest, "at most %d file handles may be open per connection", FsMaxHandles)
+	e := Errorf(CodeInvalidRequest, "at most %d file handles may be open per connection", FsMaxHandles)
+	e.Limit = "fs_handles"
+	return e
 }
 
 func ErrUnknownFileHandle(handle string) *Error {
@@ -388,9 +396,13 @@ func ErrWatchID() *Error {
 }
 
 func ErrTooManyWatches() *Error {
-	return Errorf(CodeInvalidRequest, "at most %d file watches may be active per connection", FsMaxWatches)
+	e := Errorf(CodeInvalidRequest, "at most %d file watches may be active per connection", FsMaxWatches)
+	e.Limit = "fs_watches"
+	return e
 }
 
 func ErrTooManyWatchPaths() *Error {
-	return Errorf(CodeInvalidRequest, "fs/watchMissing watches at most %d paths (missing and present together)", FsMaxWatchPaths)
+	e := Errorf(CodeInvalidRequest, "fs/watchMissing watches at most %d paths (missing and present together)", FsMaxWatchPaths)
+	e.Limit = "fs_watch_paths"
+	return e
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -27,17 +28,48 @@ func NewWebsocketTransport(c *websocket.Conn, maxMessage int) *WebsocketTranspor
 	return &WebsocketTransport{c: c}
 }
 
-// DialWebsocket connects to a runtimed (or compatible) websocket URL.
+// DialWebsocket connects to a runtimed (or compatible) websocket URL
+// (ws:// or wss://, the latter verified against the system roots).
 func DialWebsocket(ctx context.Context, url string, header http.Header, maxMessage int) (*WebsocketTransport, error) {
-	c, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: header})
+	return DialWebsocketTLS(ctx, url, header, nil, maxMessage)
+}
+
+// DialWebsocketTLS is DialWebsocket with the TLS configuration of a wss://
+// URL (nil: the system roots, server name from the URL).
+func DialWebsocketTLS(ctx context.Context, url string, header http.Header, tlsConfig *tls.Config, maxMessage int) (*WebsocketTransport, error) {
+	opts := &websocket.DialOptions{HTTPHeader: header}
+	if tlsConfig != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tlsConfig
+		opts.HTTPClient = &http.Client{Transport: tr}
+		defer tr.CloseIdleConnections()
+	}
+	c, resp, err := websocket.Dial(ctx, url, opts)
 	if err != nil {
 		if resp != nil {
-			return nil, fmt.Errorf("websocket dial %s: HTTP %d: %w", url, resp.StatusCode, err)
+			return nil, &DialError{URL: url, Status: resp.StatusCode, Err: err}
 		}
-		return nil, fmt.Errorf("websocket dial %s: %w", url, err)
+		return nil, &DialError{URL: url, Err: err}
 	}
 	return NewWebsocketTransport(c, maxMessage), nil
 }
+
+// DialError is a failed websocket dial. Status is the HTTP status when the
+// server answered the upgrade with one (401: a token is missing or wrong).
+type DialError struct {
+	URL    string
+	Status int
+	Err    error
+}
+
+func (e *DialError) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("websocket dial %s: HTTP %d: %v", e.URL, e.Status, e.Err)
+	}
+	return fmt.Sprintf("websocket dial %s: %v", e.URL, e.Err)
+}
+
+func (e *DialError) Unwrap() error { return e.Err }
 
 // ReadMessage returns the next message of either frame type. The slice
 // is reused by the next call.

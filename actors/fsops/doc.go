@@ -9,7 +9,7 @@
 //
 // # Usage
 //
-//	roots, err := fsops.NewRoots(cfg.FsRoots) // once, at start-up; nil: whole filesystem
+//	roots, err := fsops.NewRoots(cfg.FsRoots) // once, at start-up (opens each root); nil: whole filesystem
 //	w := fsops.NewWorker(roots)               // one per connection, owned by its fs worker
 //	defer w.Close()                           // handles, temporary files and watches end with it
 //	for {
@@ -28,7 +28,8 @@
 //	}
 //
 // The package function [Handle] serves every method but fs/watchMissing
-// with a caller-owned [Handles] (runtime.Local uses it).
+// with a caller-owned [Handles] (runtime.Local uses it). [Roots.Allow]
+// holds another path to the same roots (process/start's cwd).
 //
 // Every path argument is an absolute path or a file: URI (host empty or
 // localhost; another host is -32602). It is resolved to its physical form
@@ -39,9 +40,20 @@
 // the source of fs/copy, do not follow a final link (they act on, or
 // report, the link itself); fs/getMetadata then resolves the link's
 // target, which must be allowed too. The operation uses the resolved path,
-// never the argument again, so the path checked is the path used. Escapes
-// through "..", absolute links and relative links all end up outside and
-// are refused; fs/walk never follows a link out of the roots either. Paths
+// never the argument again, and it uses it beneath the root's handle (an
+// [os.Root] opened by NewRoots; beneath.go): the kernel opens every
+// component relative to the root, follows a link only as far as the root
+// and refuses one that leads out, so a directory swapped for a link after
+// the check cannot take the operation outside (it is refused with the same
+// -32600). This holds for every method and every step of one: the
+// temporary file of a write and its rename, each file and directory of a
+// copy or a recursive remove, each directory a walk reads, fs/open's file
+// (a handle is a descriptor from then on; a replace handle's rename at
+// fs/close goes beneath the root again) and every check of fs/watchMissing.
+// Escapes through "..", absolute links and relative links all end up
+// outside and are refused; fs/walk never follows a link out of the roots
+// either. A root is the directory NewRoots opened: one removed and made
+// again later is not seen until the roots are opened again. Paths
 // in answers (fs/canonicalize, fs/walk) have the form of the request's
 // path: a file: URI (encoded as Codex encodes its own) or a native path.
 //
@@ -84,12 +96,20 @@
 // same files are not serialized: the last rename wins, and a reader sees a
 // file either before or after a write, never half of it.
 //
-// Confinement is checked on the resolved path and the operation then uses
-// that path, but between the two a process that can write inside a root
-// could still swap a directory for a link (time of check to time of use).
-// The roots keep a client's paths where they belong; they are not a
-// sandbox against local processes that race them (and a client that may
-// start processes can reach the whole filesystem anyway).
+// Confinement is checked on the resolved path and then enforced by the
+// kernel when the operation runs: a process that can write inside a root
+// and swaps a directory for a link meanwhile makes the request fail (the
+// outside-roots error, or ENOTDIR/ELOOP when it swaps again in between),
+// never reach outside. What stays by path: the resolution itself looks at
+// links by lstat and readlink (as it did, to tell where they lead; nothing
+// is read or written through them), fs/walk stats the target of a link
+// that leads out only to tell a directory (an error entry) from the rest
+// (left out), and inotify arms a watch by path (the check that follows
+// every arming, beneath the roots, moves a watch armed through a link
+// swapped in; an event is only a hint, every decision is a check beneath
+// the roots). A client that may
+// start processes can reach what those processes can, roots or not; its
+// process/start cwd must lie inside the roots ([Roots.Allow]).
 //
 // # Failure semantics
 //
@@ -100,7 +120,9 @@
 // `{mode}`, expected `read` or `replace`". OS errors carry the OS error
 // text (with the client's spelling of the path) and are classed as
 // PROTOCOL.md says: not found (ENOENT) -32004, invalid input (EINVAL) or
-// permission denied (EACCES, EPERM) -32600, anything else -32603. A failed
+// permission denied (EACCES, EPERM) -32600, anything else -32603; they read
+// the same with roots or without (with roots, a failed recursive fs/remove
+// names the path removed, not the entry inside that failed). A failed
 // write leaves the old file intact and removes its temporary file. A
 // failed copy or recursive remove may have done part of its work. A failed
 // fs/readBlock closes its handle, as the Codex exec-server does, and a

@@ -26,6 +26,8 @@ type Handles struct {
 type handle struct {
 	f       *os.File
 	replace bool
+	roots   Roots  // what tmp and dst are beneath (replace)
+	tmp     string // physical path of the temporary file (replace)
 	dst     string // physical destination (replace)
 	t       target // the fs/open path, for messages (replace)
 }
@@ -42,7 +44,7 @@ func (h *handle) mode() string {
 func (h *handle) discard() {
 	h.f.Close()
 	if h.replace {
-		os.Remove(h.f.Name())
+		h.roots.remove(h.tmp)
 	}
 }
 
@@ -98,16 +100,13 @@ func (h *Handles) open(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if replace {
 		// The destination must be replaceable now (not a directory or a
 		// FIFO); its mode and owner are taken when it is replaced.
-		if _, err := prepareReplace(t.phys, nil); err != nil {
+		tmp, tmpPath, err := roots.startReplace(t.phys)
+		if err != nil {
 			return nil, replaceError(err, t)
 		}
-		tmp, err := createTemp(t.phys)
-		if err != nil {
-			return nil, osError(err, t)
-		}
-		nh = &handle{f: tmp, replace: true, dst: t.phys, t: t}
+		nh = &handle{f: tmp, replace: true, roots: roots, tmp: tmpPath, dst: t.phys, t: t}
 	} else {
-		f, _, werr := openRegular(t)
+		f, _, werr := roots.openRegular(t)
 		if werr != nil {
 			return nil, werr
 		}
@@ -193,12 +192,7 @@ func (h *Handles) close(raw json.RawMessage) (any, *wire.Error) {
 	}
 	// The destination's mode and owner as they are now; a destination that
 	// became a directory or a FIFO meanwhile is not replaced.
-	m, err := prepareReplace(f.dst, nil)
-	if err != nil {
-		f.discard()
-		return nil, replaceError(err, f.t)
-	}
-	if err := finishReplace(f.f, f.dst, m, true); err != nil {
+	if err := f.roots.endReplace(f.f, f.tmp, f.dst); err != nil {
 		return nil, replaceError(err, f.t)
 	}
 	return empty{}, nil

@@ -43,7 +43,7 @@ func readFile(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr := checkSandbox(p.Sandbox, accessRead, t); werr != nil {
 		return nil, werr
 	}
-	f, fi, werr := openRegular(t)
+	f, fi, werr := roots.openRegular(t)
 	if werr != nil {
 		return nil, werr
 	}
@@ -66,8 +66,8 @@ func readFile(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 // openRegular opens t for reading and checks that it is a regular file.
 // O_NONBLOCK keeps the open of a FIFO from waiting for a writer; it has no
 // effect on regular files.
-func openRegular(t target) (*os.File, fs.FileInfo, *wire.Error) {
-	f, err := os.OpenFile(t.phys, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+func (r Roots) openRegular(t target) (*os.File, fs.FileInfo, *wire.Error) {
+	f, err := r.openFile(t.phys, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, osError(err, t)
 	}
@@ -99,7 +99,7 @@ func writeFile(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr := checkSandbox(p.Sandbox, accessWrite, t); werr != nil {
 		return nil, werr
 	}
-	if err := replaceFile(t.phys, bytes.NewReader(p.DataBase64), nil, true); err != nil {
+	if err := roots.replaceFile(t.phys, bytes.NewReader(p.DataBase64), nil, true); err != nil {
 		return nil, replaceError(err, t)
 	}
 	return empty{}, nil
@@ -119,9 +119,9 @@ func createDirectory(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	}
 	var err error
 	if p.Recursive == nil || *p.Recursive {
-		err = os.MkdirAll(t.phys, 0o777)
+		err = roots.mkdirAll(t.phys, 0o777)
 	} else {
-		err = os.Mkdir(t.phys, 0o777)
+		err = roots.mkdir(t.phys, 0o777)
 	}
 	if err != nil {
 		return nil, osError(err, t)
@@ -141,12 +141,12 @@ func getMetadata(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr := checkSandbox(p.Sandbox, accessRead, link); werr != nil {
 		return nil, werr
 	}
-	lfi, err := os.Lstat(link.phys)
+	lfi, err := roots.lstat(link.phys)
 	if err != nil {
 		return nil, osError(err, link)
 	}
 	if lfi.Mode()&fs.ModeSymlink == 0 {
-		return metadata(link.phys, lfi, false), nil
+		return metadata(roots, link.phys, lfi, false), nil
 	}
 	// The path is a link: describe its target, which must be allowed too.
 	t, werr := roots.resolveArg(p.Path, true)
@@ -156,24 +156,24 @@ func getMetadata(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr := checkSandbox(p.Sandbox, accessRead, t); werr != nil {
 		return nil, werr
 	}
-	fi, err := os.Stat(t.phys)
+	fi, err := roots.stat(t.phys)
 	if errors.Is(err, fs.ErrNotExist) {
 		// A dangling link: it exists, but points to nothing.
-		return wire.FsMetadataResult{IsSymlink: true, CreatedAtMs: birthMs(link.phys, lfi), ModifiedAtMs: lfi.ModTime().UnixMilli()}, nil
+		return wire.FsMetadataResult{IsSymlink: true, CreatedAtMs: birthMs(roots, link.phys, lfi), ModifiedAtMs: lfi.ModTime().UnixMilli()}, nil
 	}
 	if err != nil {
 		return nil, osError(err, t)
 	}
-	return metadata(t.phys, fi, true), nil
+	return metadata(roots, t.phys, fi, true), nil
 }
 
-func metadata(phys string, fi fs.FileInfo, isLink bool) wire.FsMetadataResult {
+func metadata(roots Roots, phys string, fi fs.FileInfo, isLink bool) wire.FsMetadataResult {
 	return wire.FsMetadataResult{
 		IsDirectory:  fi.IsDir(),
 		IsFile:       fi.Mode().IsRegular(),
 		IsSymlink:    isLink,
 		Size:         uint64(max(fi.Size(), 0)),
-		CreatedAtMs:  birthMs(phys, fi),
+		CreatedAtMs:  birthMs(roots, phys, fi),
 		ModifiedAtMs: fi.ModTime().UnixMilli(),
 	}
 }
@@ -190,7 +190,7 @@ func canonicalize(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr := checkSandbox(p.Sandbox, accessRead, t); werr != nil {
 		return nil, werr
 	}
-	if _, err := os.Lstat(t.phys); err != nil {
+	if _, err := roots.lstat(t.phys); err != nil {
 		return nil, osError(err, t)
 	}
 	return wire.FsPathResult{Path: t.show(t.phys)}, nil
@@ -208,7 +208,7 @@ func readDirectory(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr := checkSandbox(p.Sandbox, accessRead, t); werr != nil {
 		return nil, werr
 	}
-	f, err := os.Open(t.phys)
+	f, err := roots.openFile(t.phys, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, osError(err, t)
 	}
@@ -251,7 +251,7 @@ func linkKind(phys string, roots Roots) (isDir, isFile bool) {
 	if err != nil || !roots.Contains(dest) {
 		return false, false
 	}
-	fi, err := os.Stat(dest)
+	fi, err := roots.stat(dest)
 	if err != nil {
 		return false, false
 	}
@@ -276,7 +276,7 @@ func remove(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr := checkSandbox(p.Sandbox, accessWrite, t); werr != nil {
 		return nil, werr
 	}
-	fi, err := os.Lstat(t.phys)
+	fi, err := roots.lstat(t.phys)
 	if errors.Is(err, fs.ErrNotExist) && force {
 		return empty{}, nil
 	}
@@ -284,9 +284,9 @@ func remove(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 		return nil, osError(err, t)
 	}
 	if fi.IsDir() && recursive {
-		err = os.RemoveAll(t.phys)
+		err = roots.removeAll(t.phys)
 	} else {
-		err = os.Remove(t.phys)
+		err = roots.remove(t.phys)
 	}
 	if err != nil && !(force && errors.Is(err, fs.ErrNotExist)) {
 		return nil, osError(err, t)
@@ -315,7 +315,7 @@ func copyPath(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 	if werr := checkSandbox(p.Sandbox, accessWrite, dst); werr != nil {
 		return nil, werr
 	}
-	fi, err := os.Lstat(src.phys)
+	fi, err := roots.lstat(src.phys)
 	if err != nil {
 		return nil, osError(err, src)
 	}
@@ -327,11 +327,11 @@ func copyPath(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 		if dst.phys == src.phys || strings.HasPrefix(dst.phys, src.phys+"/") {
 			return nil, wire.ErrCopyIntoItself()
 		}
-		err = copyTree(src.phys, dst.phys, mode, true)
+		err = roots.copyTree(src.phys, dst.phys, mode, true)
 	case mode&fs.ModeSymlink != 0:
-		err = copySymlink(src.phys, dst.phys)
+		err = roots.copySymlink(src.phys, dst.phys)
 	case mode.IsRegular():
-		err = copyFile(src.phys, dst.phys, mode)
+		err = roots.copyFile(src.phys, dst.phys, mode)
 	default:
 		return nil, wire.ErrCopyUnsupported(p.SourcePath)
 	}
@@ -356,17 +356,17 @@ func (e *errUnsupported) Error() string { return fmt.Sprintf("cannot copy %s", e
 // the destination is followed either: an existing entry that is a link or
 // a file where a directory goes is an error (EEXIST), so a copy cannot be
 // led out of dst.
-func copyTree(src, dst string, mode fs.FileMode, top bool) error {
+func (r Roots) copyTree(src, dst string, mode fs.FileMode, top bool) error {
 	created := false
-	switch fi, err := os.Lstat(dst); {
+	switch fi, err := r.lstat(dst); {
 	case errors.Is(err, fs.ErrNotExist):
 		if top {
-			if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
+			if err := r.mkdirAll(filepath.Dir(dst), 0o777); err != nil {
 				return err
 			}
 		}
 		// Owner-writable while it is filled; the source's bits at the end.
-		if err := os.Mkdir(dst, 0o700); err != nil {
+		if err := r.mkdir(dst, 0o700); err != nil {
 			return err
 		}
 		created = true
@@ -375,7 +375,7 @@ func copyTree(src, dst string, mode fs.FileMode, top bool) error {
 	case !fi.IsDir():
 		return &fs.PathError{Op: "mkdir", Path: dst, Err: syscall.EEXIST}
 	}
-	entries, err := os.ReadDir(src)
+	entries, err := r.readDir(src)
 	if err != nil {
 		return err
 	}
@@ -383,14 +383,14 @@ func copyTree(src, dst string, mode fs.FileMode, top bool) error {
 		s, d := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
 		typ := e.Type()
 		if typ&fs.ModeSymlink != 0 {
-			err = copySymlink(s, d)
+			err = r.copySymlink(s, d)
 		} else if typ.IsDir() || typ.IsRegular() {
 			var fi fs.FileInfo
 			if fi, err = e.Info(); err == nil {
 				if typ.IsDir() {
-					err = copyTree(s, d, fi.Mode(), false)
+					err = r.copyTree(s, d, fi.Mode(), false)
 				} else {
-					err = copyFile(s, d, fi.Mode())
+					err = r.copyFile(s, d, fi.Mode())
 				}
 			}
 		} else {
@@ -401,15 +401,15 @@ func copyTree(src, dst string, mode fs.FileMode, top bool) error {
 		}
 	}
 	if created {
-		return os.Chmod(dst, mode&modeBits)
+		return r.chmod(dst, mode&modeBits)
 	}
 	return nil
 }
 
 // copyFile copies the regular file src over dst, atomically, with src's
 // mode bits. O_NOFOLLOW: src was seen as a regular file, not as a link.
-func copyFile(src, dst string, mode fs.FileMode) error {
-	f, err := os.OpenFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+func (r Roots) copyFile(src, dst string, mode fs.FileMode) error {
+	f, err := r.openFile(src, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
@@ -419,22 +419,22 @@ func copyFile(src, dst string, mode fs.FileMode) error {
 	} else if !fi.Mode().IsRegular() {
 		return &errUnsupported{path: src}
 	}
-	return replaceFile(dst, f, &mode, false)
+	return r.replaceFile(dst, f, &mode, false)
 }
 
 // copySymlink creates at dst a link with src's target text, replacing a
 // file or link already at dst (never a directory).
-func copySymlink(src, dst string) error {
-	link, err := os.Readlink(src)
+func (r Roots) copySymlink(src, dst string) error {
+	link, err := r.readlink(src)
 	if err != nil {
 		return err
 	}
-	if fi, err := os.Lstat(dst); err == nil && !fi.IsDir() {
-		if err := os.Remove(dst); err != nil {
+	if fi, err := r.lstat(dst); err == nil && !fi.IsDir() {
+		if err := r.remove(dst); err != nil {
 			return err
 		}
 	}
-	return os.Symlink(link, dst)
+	return r.symlink(link, dst)
 }
 
 // display shows a physical path in the client's spelling when it lies

@@ -21,12 +21,17 @@ const maxSymlinks = 40
 // NewRoots(nil)) allows the whole filesystem. Roots is immutable after
 // NewRoots and safe for concurrent use.
 type Roots struct {
-	dirs []string // physical (symlink-free) absolute paths; nil: everything
+	dirs    []string   // physical (symlink-free) absolute paths; nil: everything
+	handles []*os.Root // handles[i] is dirs[i], opened once: every operation goes through it (beneath.go)
 }
 
 // NewRoots resolves each directory with filepath.EvalSymlinks (a relative
-// one against the working directory) and checks that it is a directory.
-// An empty list allows the whole filesystem.
+// one against the working directory), checks that it is a directory and
+// opens it (an [os.Root]: the operations happen beneath that handle, and
+// keep to the directory it was opened on). An empty list allows the whole
+// filesystem. The handles live as long as the Roots is reachable (they
+// are closed when it is garbage collected); a daemon holds its Roots for
+// its lifetime.
 func NewRoots(dirs []string) (Roots, error) {
 	var r Roots
 	for _, d := range dirs {
@@ -45,9 +50,28 @@ func NewRoots(dirs []string) (Roots, error) {
 		if !fi.IsDir() {
 			return Roots{}, fmt.Errorf("fs root %q is not a directory", d)
 		}
+		h, err := os.OpenRoot(phys)
+		if err != nil {
+			return Roots{}, fmt.Errorf("fs root %q: %w", d, err)
+		}
 		r.dirs = append(r.dirs, phys)
+		r.handles = append(r.handles, h)
 	}
 	return r, nil
+}
+
+// Allow checks a path argument (absolute, or a file: URI) that something
+// other than an fs method will use, such as a process's working
+// directory: nil if no roots are configured or if it resolves to a root
+// or inside one; else the error an fs method gives for it (-32600 "path
+// {path} is outside the allowed roots", -32602 for a relative path, or
+// the OS error that stopped its resolution).
+func (r Roots) Allow(arg string) *wire.Error {
+	if len(r.dirs) == 0 {
+		return nil
+	}
+	_, werr := r.resolveArg(arg, true)
+	return werr
 }
 
 // Dirs returns the resolved roots; empty means the whole filesystem.

@@ -109,7 +109,7 @@ func walk(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 		out:    wire.FsWalkResult{Entries: []wire.FsWalkEntry{}, Errors: []wire.FsWalkError{}},
 		budget: walkResponseBudget,
 	}
-	fi, err := os.Lstat(link.phys)
+	fi, err := roots.lstat(link.phys)
 	if err != nil {
 		return nil, osError(err, link)
 	}
@@ -121,7 +121,7 @@ func walk(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 		if root, werr = roots.resolveArg(p.Path, true); werr != nil {
 			return nil, werr
 		}
-		if fi, err = os.Stat(root.phys); err != nil {
+		if fi, err = roots.stat(root.phys); err != nil {
 			return nil, osError(err, root)
 		}
 	}
@@ -145,7 +145,7 @@ func walk(raw json.RawMessage, roots Roots) (any, *wire.Error) {
 
 // readDir lists one directory; it reports false when the walk must stop.
 func (w *walker) readDir(d walkDir) bool {
-	list, err := os.ReadDir(d.phys) // sorted by name
+	list, err := w.roots.readDir(d.phys) // sorted by name
 	if err != nil {
 		return w.addError(d.show, d.phys, err)
 	}
@@ -159,7 +159,7 @@ func (w *walker) readDir(d walkDir) bool {
 		if e.Type()&fs.ModeSymlink != 0 {
 			var err error
 			if dest, err = resolve(phys, true); err == nil {
-				target, err = os.Stat(dest)
+				target, err = w.statDest(dest)
 			}
 			if err != nil {
 				continue
@@ -239,9 +239,23 @@ func (w *walker) add(show, kind string) bool {
 	return true
 }
 
+// statDest describes what a link resolved to: beneath the roots when it
+// lies inside them; outside, only to tell a directory (listed as an error
+// when followed) from anything else (left out), never to read it.
+func (w *walker) statDest(dest string) (fs.FileInfo, error) {
+	if w.roots.Contains(dest) {
+		return w.roots.stat(dest)
+	}
+	return os.Stat(dest)
+}
+
 // addError records a directory that could not be read: the OS error text
-// with the path in the client's spelling.
+// with the path in the client's spelling (a directory the root handle
+// refused to leave the roots for is outside them).
 func (w *walker) addError(show, phys string, err error) bool {
+	if isOutside(err) {
+		return w.addErrorText(show, wire.ErrOutsideRoots(w.t.show(show)).Message)
+	}
 	msg := err.Error()
 	var pe *fs.PathError
 	if errors.As(err, &pe) {

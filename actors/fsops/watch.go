@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -63,6 +62,7 @@ type watch struct {
 // watches are the watches of one connection, owned by its fs worker like
 // [Handles]. The zero value is ready to use.
 type watches struct {
+	roots   Roots // every check of a path goes beneath them
 	byKey   map[string]*watch
 	armed   map[string]map[string]bool // armed directory -> keys of the watches armed on it
 	inotify *fsnotify.Watcher          // nil while nothing is armed
@@ -78,7 +78,8 @@ type watches struct {
 // that keeps changing under it is re-armed on its next event.
 const maxRearm = 16
 
-func (ws *watches) watchMissing(raw json.RawMessage, roots Roots) (any, *wire.Error) {
+func (ws *watches) watchMissing(raw json.RawMessage) (any, *wire.Error) {
+	roots := ws.roots
 	var p wire.FsWatchMissingParams
 	if werr := wire.DecodeParams(raw, &p); werr != nil {
 		return nil, werr
@@ -117,7 +118,7 @@ func (ws *watches) watchMissing(raw json.RawMessage, roots Roots) (any, *wire.Er
 		return nil, wire.ErrTooManyWatches()
 	}
 	ws.drop(key)
-	if w.satisfied() {
+	if w.satisfied(roots) {
 		return wire.FsWatchMissingResult{Watching: false}, nil
 	}
 	if ws.byKey == nil {
@@ -154,16 +155,17 @@ func watchKey(raw json.RawMessage) (key string, id json.RawMessage, ok bool) {
 }
 
 // satisfied reports whether a missing path exists or the present path is
-// gone.
-func (w *watch) satisfied() bool {
+// gone, as seen beneath the roots: a path that a link swapped in since
+// would take outside them does not exist there.
+func (w *watch) satisfied(roots Roots) bool {
 	for _, m := range w.missing {
-		if _, err := os.Lstat(m); err == nil {
+		if _, err := roots.lstat(m); err == nil {
 			return true
 		}
 	}
 	if w.present != "" {
-		_, err := os.Lstat(w.present)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		_, err := roots.lstat(w.present)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) || isOutside(err) {
 			return true
 		}
 	}
@@ -174,19 +176,19 @@ func (w *watch) satisfied() bool {
 // nearest existing directory above each missing path (above a path that
 // exists but is not a directory, its parent: it must become one first) and
 // the directory holding the present path.
-func (w *watch) wantDirs() []string {
+func (w *watch) wantDirs(roots Roots) []string {
 	var dirs []string
 	for _, m := range w.missing {
 		p := filepath.Dir(m)
 		for {
-			fi, err := os.Stat(p)
+			fi, err := roots.stat(p)
 			if err == nil {
 				if !fi.IsDir() {
 					p = filepath.Dir(p)
 				}
 				break
 			}
-			if p == "/" {
+			if p == "/" || roots.isRoot(p) {
 				break
 			}
 			p = filepath.Dir(p)
@@ -202,13 +204,19 @@ func (w *watch) wantDirs() []string {
 
 // arm checks w and either fires it or arms it where it must be, checking
 // again after every change of its directories.
+//
+// inotify takes a path, not a descriptor, so a directory swapped for a
+// link just before it is armed gets inotify armed on the link's target;
+// the check that follows sees (beneath the roots) where the directory
+// really is and moves the watch there. Events are only hints: whatever
+// inotify is armed on, every decision is a check beneath the roots.
 func (ws *watches) arm(w *watch) error {
 	for range maxRearm {
-		if w.satisfied() {
+		if w.satisfied(ws.roots) {
 			ws.fire(w)
 			return nil
 		}
-		want := w.wantDirs()
+		want := w.wantDirs(ws.roots)
 		if slices.Equal(want, w.dirs) {
 			return nil
 		}

@@ -393,3 +393,48 @@ func TestWatchConfined(t *testing.T) {
 		t.Errorf("armed through a link")
 	}
 }
+
+// A directory swapped for a link to the outside between the check and
+// inotify's arming (which takes a path): the check after the arming, made
+// beneath the root, moves the watch to where the directory is as the root
+// sees it, and nothing outside can make the watch fire.
+func TestWatchSwappedWhileArming(t *testing.T) {
+	base := tmp(t)
+	root := filepath.Join(base, "root")
+	outside := filepath.Join(base, "outside")
+	mustMkdir(t, filepath.Join(root, "sub"))
+	mustMkdir(t, outside)
+	roots, err := NewRoots([]string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := newWatchTest(t, roots)
+	sub := filepath.Join(root, "sub")
+	swapped := false
+	x.w.watches.beforeAdd = func(d string) {
+		if d == sub && !swapped {
+			swapped = true
+			if err := os.Rename(sub, sub+"-moved"); err != nil {
+				t.Error(err)
+			}
+			mustSymlink(t, outside, sub)
+		}
+	}
+	x.mustWatch(1, []string{filepath.Join(sub, "x")}, nil, true)
+	if !swapped {
+		t.Fatal("the swap did not happen")
+	}
+	if got := x.dirsOf("1"); !slices.Equal(got, []string{root}) {
+		t.Errorf("armed on %q, want the root only", got)
+	}
+	for d := range x.w.watches.armed {
+		if d != root {
+			t.Errorf("inotify still armed on %s", d)
+		}
+	}
+	// Appearing outside, under the link's name, is not appearing inside.
+	writeTestFile(t, filepath.Join(outside, "x"), "", 0o644)
+	if others := x.sync(root); len(others) != 0 {
+		t.Errorf("fired %q for a file outside", others)
+	}
+}

@@ -41,13 +41,13 @@ type Worker struct {
 }
 
 // NewWorker returns the state of a new connection confined to roots.
-func NewWorker(roots Roots) *Worker { return &Worker{roots: roots} }
+func NewWorker(roots Roots) *Worker { return &Worker{roots: roots, watches: watches{roots: roots}} }
 
 // Handle serves one fs/* request (see the package function Handle);
 // fs/watchMissing too.
 func (w *Worker) Handle(method string, params json.RawMessage) (any, *wire.Error) {
 	if method == wire.MethodFsWatchMissing {
-		return w.watches.watchMissing(params, w.roots)
+		return w.watches.watchMissing(params)
 	}
 	return Handle(method, params, w.roots, &w.handles)
 }

@@ -181,11 +181,15 @@ func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 		if h == nil {
 			return nil, &UnavailableError{What: "a sandbox", Missing: "a probed host", Check: "internal: no sandbox.Host configured"}
 		}
-		if err := h.Check(plan.Policy); err != nil {
+		// Check, planning the layers once (they go to the helper as they are).
+		if err := h.Check(&Policy{Network: plan.Policy.Network}); err != nil {
 			return nil, err
 		}
 		l, err := plan.Policy.plan()
 		if err != nil {
+			return nil, err
+		}
+		if err := h.checkLayers(l); err != nil {
 			return nil, err
 		}
 		wp.Layers, wp.Scratch = l, h.Scratch
@@ -198,7 +202,7 @@ func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 	if h != nil && h.Exe != "" {
 		exe = h.Exe
 	}
-	l := &Launch{Exe: exe, Argv: []string{helperArg0}, Env: []string{helperEnv}, plan: raw}
+	l := &Launch{Exe: exe, Argv: []string{helperArg0}, Env: []string{helperEnv, "GOMAXPROCS=1", "GOGC=off"}, plan: raw}
 	l.NewMountNS = len(wp.Layers.Overlays) > 0
 	planR, planW, err := os.Pipe()
 	if err != nil {

@@ -104,11 +104,16 @@ func (h *Host) Check(p *Policy) error {
 		return &UnavailableError{What: "network restriction", Missing: "seccomp filters",
 			Check: "a kernel built with CONFIG_SECCOMP_FILTER; `grep Seccomp /proc/self/status`"}
 	}
-	needs, err := p.NeedsMounts()
+	l, err := p.plan()
 	if err != nil {
 		return err
 	}
-	if needs && !h.MountNS {
+	return h.checkLayers(l)
+}
+
+// checkLayers is the part of Check that depends on the planned layers.
+func (h *Host) checkLayers(l layers) error {
+	if len(l.Overlays) > 0 && !h.MountNS {
 		return &UnavailableError{What: "read-only or denied paths inside readable or writable roots",
 			Missing: "a private mount namespace (CAP_SYS_ADMIN in the daemon)",
 			Check:   "run runtimed as root or with CAP_SYS_ADMIN, or drop the narrower entries"}

@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"sort"
@@ -53,7 +55,7 @@ type benchOpts struct {
 func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("runtimed bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(stderr, benchUsage); fmt.Fprintln(stderr, "\nflags:"); fs.PrintDefaults() }
 	connect := fs.String("connect", "", "websocket URL of a running server")
 	spawn := fs.String("spawn", "", "command that starts a server (its URL is read from its stdout)")
 	stdio := fs.Bool("stdio", false, "with --spawn: speak the protocol over the command's stdin/stdout")
@@ -71,8 +73,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.pid, "pid", 0, "the server's pid, for CPU, RSS and thread figures (known with --spawn)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the benchmark client to this file")
 	sandbox := fs.String("sandbox", "none", "start every process under this sandbox: none, read-only or workspace-write (cwd / as the root); figures are labelled")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	tokenFile := fs.String("token-file", "", "with --connect: file holding the server's bearer token (or set RUNTIMED_AUTH_TOKEN)")
+	caFile := fs.String("ca", "", "with --connect wss://: PEM certificate(s) to trust (default: the system roots)")
+	if code, done := parseArgs(fs, args); done {
+		return code
 	}
 	if *cpuProfile != "" {
 		stopProfile, err := startCPUProfile(*cpuProfile)
@@ -113,7 +117,14 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		url := *connect
-		dial = func(ctx context.Context) (wire.Transport, error) { return wire.DialWebsocket(ctx, url, nil, 256<<20) }
+		header, tlsConfig, err := benchDialOptions(*tokenFile, *caFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "runtimed bench:", err)
+			return 2
+		}
+		dial = func(ctx context.Context) (wire.Transport, error) {
+			return wire.DialWebsocketTLS(ctx, url, header, tlsConfig, 256<<20)
+		}
 	}
 	t, err := dial(ctx)
 	if err != nil {
@@ -137,8 +148,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	b := &bencher{c: c, o: o, log: stderr}
+	b := &bencher{c: c, o: o, log: stderr, progress: newProgress(stderr)}
 	results, err := b.run(ctx)
+	b.progress.done()
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed bench:", err)
 		return 1
@@ -209,10 +221,11 @@ func percentile(d []time.Duration, p float64) time.Duration {
 }
 
 type bencher struct {
-	c   *benchClient
-	o   benchOpts
-	log io.Writer
-	seq atomic.Int64
+	c        *benchClient
+	o        benchOpts
+	log      io.Writer
+	seq      atomic.Int64
+	progress *progress // nil unless stderr is a terminal
 }
 
 func (b *bencher) id(prefix string) string { return prefix + "-" + strconv.FormatInt(b.seq.Add(1), 10) }
@@ -223,6 +236,7 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 	if want("a") {
 		var p50, p99 []float64
 		for i := 0; i < b.o.runs; i++ {
+			b.progress.step("a spawn latency", i+1, b.o.runs)
 			d, err := b.spawnLatency(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("figure a: %w", err)
@@ -235,6 +249,7 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 	if want("b") {
 		var rate, cpu []float64
 		for i := 0; i < b.o.runs; i++ {
+			b.progress.step("b streaming", i+1, b.o.runs)
 			r, c, err := b.stream(ctx, b.o.streamBytes, false)
 			if err != nil {
 				return nil, fmt.Errorf("figure b: %w", err)
@@ -249,6 +264,7 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 	if want("c") {
 		var wall []float64
 		for i := 0; i < b.o.runs; i++ {
+			b.progress.step("c 100 concurrent", i+1, b.o.runs)
 			d, err := b.concurrent(ctx, 100, 1<<20)
 			if err != nil {
 				return nil, fmt.Errorf("figure c: %w", err)
@@ -260,6 +276,7 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 	if want("d") {
 		var p50, p99 []float64
 		for i := 0; i < b.o.runs; i++ {
+			b.progress.step("d small RPC", i+1, b.o.runs)
 			d, err := b.rpc(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("figure d: %w", err)
@@ -272,6 +289,7 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 	if want("e") {
 		var rate []float64
 		for i := 0; i < b.o.runs; i++ {
+			b.progress.step("e PTY streaming", i+1, b.o.runs)
 			r, _, err := b.stream(ctx, b.o.ptyBytes, true)
 			if err != nil {
 				return nil, fmt.Errorf("figure e: %w", err)
@@ -283,6 +301,7 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 	if want("f") {
 		var rss, threads, kill []float64
 		for i := 0; i < b.o.runs; i++ {
+			b.progress.step("f idle children", i+1, b.o.runs)
 			r, th, k, err := b.idle(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("figure f: %w", err)
@@ -543,4 +562,29 @@ func (s *spawnedServer) stop() {
 		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 	}
+}
+
+// benchDialOptions reads the token (file, else RUNTIMED_AUTH_TOKEN) and
+// the trusted CA of --connect.
+func benchDialOptions(tokenFile, caFile string) (http.Header, *tls.Config, error) {
+	header := http.Header{}
+	token := os.Getenv("RUNTIMED_AUTH_TOKEN")
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if token != "" {
+		header.Set("Authorization", "Bearer "+token)
+	}
+	if caFile == "" {
+		return header, nil, nil
+	}
+	tc, err := runtime.LoadCA(caFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--ca: %w", err)
+	}
+	return header, tc, nil
 }

@@ -7,8 +7,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -51,9 +54,70 @@ func TestCLIExecPropagatesExitCodeAndStdin(t *testing.T) {
 	if code != 127 || !strings.Contains(errOut, "no such file or directory") {
 		t.Errorf("missing binary: code %d stderr %q", code, errOut)
 	}
+	notExec := filepath.Join(t.TempDir(), "not-executable")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = runCLI(t, "", "exec", "--connect", srv.URL, "--", notExec)
+	if code != 126 || !strings.Contains(errOut, "permission denied") {
+		t.Errorf("file that is not executable: code %d stderr %q, want 126", code, errOut)
+	}
 	_, errOut, code = runCLI(t, "", "exec", "--connect", "ws://127.0.0.1:1", "--", "true")
-	if code == 0 || !strings.Contains(errOut, "runtimed exec:") {
-		t.Errorf("unreachable server: code %d stderr %q", code, errOut)
+	if code != 125 || !strings.Contains(errOut, "runtimed exec:") {
+		t.Errorf("unreachable server: code %d stderr %q, want 125", code, errOut)
+	}
+	_, _, code = runCLI(t, "", "stdio", "--connect", "ws://127.0.0.1:1", "--", "true")
+	if code != 125 {
+		t.Errorf("stdio, unreachable server: code %d, want 125", code)
+	}
+}
+
+// TestCLIExecForwardsSIGINT: Ctrl-C reaches the remote command, which
+// handles it and exits 42: the CLI exits 42 (not 130); a command that dies
+// of it gives 130.
+func TestCLIExecForwardsSIGINT(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.StartWS(t, bin)
+	dir := t.TempDir()
+	for _, c := range []struct {
+		script string
+		want   int
+	}{
+		{`trap 'echo caught; exit 42' INT; touch ` + dir + `/ready-trap; while :; do sleep 0.05; done`, 42},
+		{`touch ` + dir + `/ready-die; exec sleep 300`, 130},
+	} {
+		ready := dir + "/ready-trap"
+		if c.want == 130 {
+			ready = dir + "/ready-die"
+		}
+		cmd := exec.Command(bin, "exec", "--connect", srv.URL, "--", "sh", "-c", c.script)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, err := os.Stat(ready); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			code := 0
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			}
+			if code != c.want {
+				t.Errorf("%q after SIGINT: exit %d, want %d", c.script, code, c.want)
+			}
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("%q: the CLI did not exit after SIGINT", c.script)
+		}
 	}
 }
 

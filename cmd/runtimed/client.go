@@ -23,15 +23,17 @@ import (
 type clientFlags struct {
 	connect   string
 	tokenFile string
+	ca        string
 }
 
 func (cf *clientFlags) register(fs *flag.FlagSet, connectRequired bool) {
-	help := "runtimed server URL (ws://IP:PORT)"
+	help := "runtimed server URL: ws://HOST:PORT, or wss://HOST:PORT for TLS"
 	if !connectRequired {
 		help += "; without it the command runs in an embedded runtime"
 	}
 	fs.StringVar(&cf.connect, "connect", "", help)
 	fs.StringVar(&cf.tokenFile, "token-file", "", "file holding the server's bearer token (or set RUNTIMED_AUTH_TOKEN)")
+	fs.StringVar(&cf.ca, "ca", "", "PEM certificate(s) to trust for a wss:// server (default: the system roots)")
 }
 
 func (cf *clientFlags) dial(ctx context.Context, opts runtime.ClientOptions) (*runtime.Client, error) {
@@ -43,7 +45,15 @@ func (cf *clientFlags) dial(ctx context.Context, opts runtime.ClientOptions) (*r
 		}
 		opts.Token = strings.TrimSpace(string(b))
 	}
-	return runtime.Dial(ctx, cf.connect, &opts)
+	if cf.ca != "" {
+		tc, err := runtime.LoadCA(cf.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--ca: %w", err)
+		}
+		opts.TLSConfig = tc
+	}
+	c, err := runtime.Dial(ctx, cf.connect, &opts)
+	return c, explainDial(err, cf.connect, opts.Token != "")
 }
 
 // backend returns the remote client, or an embedded runtime without --connect.
@@ -168,12 +178,12 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var cf commandFlags
 	cf.register(fs)
 	tty := fs.Bool("t", false, "run on a terminal: raw local terminal, window size forwarded, restored on exit")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: runtimed exec [--connect URL] [-t] [--env K=V]... [--cwd DIR] -- CMD [ARGS...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	setUsage(fs, stderr, "runtimed exec [--connect URL [--token-file F] [--ca F]] [-t] [--env K=V]... [--cwd DIR] [--sandbox MODE] -- CMD [ARGS...]", `
+Runs CMD on a runtimed server (--connect), or in an embedded runtime without
+it, with local stdin, stdout and stderr connected, and exits with its exit
+code (127 when it cannot be started, 130 when interrupted).`)
+	if code, done := parseArgs(fs, args); done {
+		return code
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
@@ -185,12 +195,18 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "runtimed exec:", err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// Signals go to the remote command, as with `docker run`: SIGINT is
+	// forwarded (a second one within 2 s terminates it), SIGTERM
+	// terminates it; the CLI then exits with the command's real status.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	b, err := cf.backend(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed exec:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	defer b.Close()
 	var restore func()
@@ -210,7 +226,7 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		state, err := term.MakeRaw(int(f.Fd()))
 		if err != nil {
 			fmt.Fprintln(stderr, "runtimed exec: raw mode:", err)
-			return 1
+			return exitRuntimeFailed
 		}
 		restore = func() { _ = term.Restore(int(f.Fd()), state) }
 		defer restore()
@@ -221,8 +237,9 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			restore()
 		}
 		fmt.Fprintln(stderr, "runtimed exec:", err)
-		return 127
+		return startFailureCode(err)
 	}
+	go forwardSignals(ctx, p, sigs)
 	if *tty {
 		go forwardWinch(ctx, p, stdin.(*os.File))
 	}
@@ -232,20 +249,60 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		if restore != nil {
 			restore()
 		}
-		if ctx.Err() != nil {
-			// Interrupted: take the child down with us.
-			tctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, _ = p.Terminate(tctx, time.Second)
-			cancel()
-			return 130
-		}
 		fmt.Fprintln(stderr, "runtimed exec:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	if st, err := p.Wait(ctx); err == nil && st.Limit != "" {
 		fmt.Fprintf(stderr, "runtimed exec: the process was ended by its %s limit (exit code %d)\n", st.Limit, st.Code)
 	}
 	return code
+}
+
+// Exit codes of exec and stdio when the command itself gives none, as
+// `docker run` documents them.
+const (
+	exitRuntimeFailed = 125 // runtimed failed: cannot connect, refused, protocol error, lost connection
+	exitCannotInvoke  = 126 // the command exists but cannot be run (permission, format)
+	exitNotFound      = 127 // the command was not found
+)
+
+// startFailureCode maps a refused start: the OS error of the spawn says
+// whether the command is missing (127) or cannot be run (126); anything
+// else is runtimed's failure (125).
+func startFailureCode(err error) int {
+	var re *runtime.RPCError
+	if errors.As(err, &re) && strings.HasPrefix(re.Message, "failed to spawn ") {
+		switch {
+		case strings.HasSuffix(re.Message, "no such file or directory"):
+			return exitNotFound
+		case strings.HasSuffix(re.Message, "permission denied"), strings.HasSuffix(re.Message, "exec format error"),
+			strings.HasSuffix(re.Message, "is a directory"):
+			return exitCannotInvoke
+		}
+	}
+	return exitRuntimeFailed
+}
+
+// forwardSignals sends SIGINT on to the command (a second SIGINT within
+// 2 s terminates it, grace 1 s) and terminates it on SIGTERM.
+func forwardSignals(ctx context.Context, p runtime.Process, sigs <-chan os.Signal) {
+	var lastInt time.Time
+	for {
+		select {
+		case sig := <-sigs:
+			switch {
+			case sig == syscall.SIGTERM || time.Since(lastInt) < 2*time.Second:
+				_, _ = p.Terminate(ctx, time.Second)
+			default:
+				lastInt = time.Now()
+				_ = p.Signal(ctx, runtime.SigInterrupt)
+			}
+		case <-p.Done():
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // forwardStdin copies local stdin to the process and closes its stdin at EOF.
@@ -321,12 +378,12 @@ func stdioCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cf commandFlags
 	cf.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: runtimed stdio [--connect URL] [--env K=V]... [--cwd DIR] -- CMD [ARGS...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	setUsage(fs, stderr, "runtimed stdio [--connect URL [--token-file F] [--ca F]] [--env K=V]... [--cwd DIR] -- CMD [ARGS...]", `
+Bridges local stdin and stdout to CMD byte for byte (for example an MCP
+server run remotely); CMD's stderr goes to local stderr. Exits with CMD's
+exit code.`)
+	if code, done := parseArgs(fs, args); done {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
@@ -342,18 +399,18 @@ func stdioCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	b, err := cf.backend(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	defer b.Close()
 	p, err := b.Start(ctx, spec)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
-		return 127
+		return startFailureCode(err)
 	}
 	pipe, err := runtime.PipeWithStderr(ctx, p, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	go func() {
 		_, _ = io.Copy(pipe, stdin)
@@ -361,12 +418,12 @@ func stdioCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}()
 	if _, err := io.Copy(stdout, pipe); err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	st, err := p.Wait(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	return st.Code
 }
@@ -378,8 +435,13 @@ func psCmd(args []string, stdout, stderr io.Writer) int {
 	var cf clientFlags
 	cf.register(fs, true)
 	session := fs.String("session", "", "session id to resume and list (sessions are listed per session)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	setUsage(fs, stderr, "runtimed ps --connect URL --session ID [--token-file F] [--ca F]", `
+Lists the processes of a session as a table: id, pid, state, exit code (or
+the limit that ended it), terminal, next seq and command. A session is
+resumed to list it: run it against a detached session (its client gone), or
+it is refused while another connection holds the session.`)
+	if code, done := parseArgs(fs, args); done {
+		return code
 	}
 	if cf.connect == "" {
 		fmt.Fprintln(stderr, "runtimed ps: --connect URL is required")
@@ -407,17 +469,6 @@ func psCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "runtimed ps:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%-20s %8s %-8s %5s %4s %8s  %s\n", "PROCESS", "PID", "STATE", "EXIT", "TTY", "NEXTSEQ", "COMMAND")
-	for _, p := range procs {
-		exit := "-"
-		if p.ExitCode != nil {
-			exit = fmt.Sprint(*p.ExitCode)
-		}
-		tty := "no"
-		if p.TTY {
-			tty = "yes"
-		}
-		fmt.Fprintf(stdout, "%-20s %8d %-8s %5s %4s %8d  %s\n", p.ID, p.Pid, p.State, exit, tty, p.NextSeq, strings.Join(p.Argv, " "))
-	}
+	printProcessTable(stdout, procs)
 	return 0
 }

@@ -3,14 +3,17 @@
 //
 // # Usage
 //
-//	runtimed serve [--listen ws://127.0.0.1:0 | stdio://] [flags]   the daemon
+//	runtimed serve [--listen ws://127.0.0.1:0 | wss://IP:PORT | stdio://] [flags]   the daemon
 //	runtimed exec [--connect URL] [-t] -- CMD ARGS...                run a command, exit with its code
 //	runtimed stdio [--connect URL] -- CMD ARGS...                    bridge stdin/stdout byte for byte
 //	runtimed ps --connect URL --session ID                           list a session's processes
 //	runtimed fs cat|put|ls|stat [--connect URL] PATH                 files on the server (or here)
 //	runtimed bench (--connect URL | --spawn CMD [--stdio])           measure a compatible server
+//	runtimed version                                                 build information
 //
 // Without --connect, exec, stdio and fs run through an embedded runtime.
+// Client commands take --token-file and --ca; serve's TLS, metrics and
+// exposure flags are in serve_net.go (docs/operations.md describes them).
 // serve's --http-requests=false refuses http/request, and
 // --http-max-body-bytes caps a buffered http/request body (README lists
 // every flag).
@@ -19,10 +22,15 @@
 //
 // serve runs one runtime.Server; each command is a short-lived client. In
 // stdio mode stdout carries only the protocol; logs always go to stderr.
+// With wss:// one goroutine reloads the TLS pair (file changes, SIGHUP) and
+// another forwards SIGHUP to it; --metrics-listen adds one HTTP server.
 //
 // # Failure semantics
 //
-// Usage errors exit 2 with a message on stderr; a command that cannot start
+// Usage errors exit 2 with a message on stderr that names the flag to set
+// (a URL without a scheme, a 401 without --token-file, an unknown CA
+// without --ca, a non-loopback listen without a token or TLS); -h exits 0.
+// A command that cannot start
 // its process exits 127; exec and stdio otherwise exit with the process's
 // own code (128+N when killed by signal N). serve exits 0 after a graceful
 // shutdown on SIGINT/SIGTERM, the same on every transport and within

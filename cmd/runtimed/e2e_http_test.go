@@ -86,8 +86,8 @@ func TestHTTPAuthToken(t *testing.T) {
 	wantHandshakeStatus(t, "token without Bearer", srv.URL, http.Header{"Authorization": {token}}, http.StatusUnauthorized)
 	wantUsable(t, "right token", srv.URL, http.Header{"Authorization": {"Bearer " + token}})
 
-	// A non-loopback address is allowed once a token is configured.
-	open := wiretest.Start(t, bin, "serve", "--listen", "ws://0.0.0.0:0", "--auth-token-file", tokenFile)
+	// A non-loopback address is allowed once a token is configured (and, without TLS, --insecure-listen).
+	open := wiretest.Start(t, bin, "serve", "--listen", "ws://0.0.0.0:0", "--auth-token-file", tokenFile, "--insecure-listen")
 	line, err := open.FirstLine(tctx(t, wait))
 	if err != nil {
 		t.Fatalf("server on 0.0.0.0 with a token did not start: %v\n%s", err, open.Stderr())

@@ -200,6 +200,9 @@ func TestShutdownOnSignalEveryTransport(t *testing.T) {
 						t.Errorf("%s: exit code %d, want %d", w.name, got, w.code)
 					}
 				}
+				if strings.Contains(srv.Stderr(), "did not finish") {
+					t.Errorf("shutdown was not clean (a connection did not end in time):\n%s", srv.Stderr())
+				}
 				waitPidGone(t, "TERM-ignoring child", sp, 5*time.Second)
 				waitPidGone(t, "sleeping child", pp, 5*time.Second)
 			})

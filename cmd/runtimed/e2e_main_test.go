@@ -1,6 +1,6 @@
 package main_test
 
-// End-to-end tests of the runtimed binary against shared/PROTOCOL.md §1-4, through the raw protocol
+// End-to-end tests of the runtimed binary against docs/PROTOCOL.md §1-4, through the raw protocol
 // client in wire/wiretest. Every test starts its own server; every wait is bounded.
 
 import (

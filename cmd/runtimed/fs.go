@@ -13,30 +13,40 @@ import (
 	"github.com/runtimed/runtimed/runtime"
 )
 
-const fsUsage = `usage: runtimed fs COMMAND [--connect URL] PATH
+const fsUsage = `usage: runtimed fs COMMAND [--connect URL [--token-file F] [--ca F]] PATH
   cat PATH    write the file to stdout (streamed with fs/open + fs/readBlock)
   put PATH    replace the file atomically with stdin
   ls PATH     list a directory
   stat PATH   describe what PATH points to
 Without --connect the command runs on this machine through the embedded runtime.
+PATH is absolute (or a file: URI); a server started with --fs-root refuses
+paths outside its roots.
 `
 
 // fsCmd runs one filesystem command against a server or locally.
 func fsCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, fsUsage)
-		return 2
+	sub := ""
+	if len(args) > 0 {
+		sub = args[0]
 	}
-	sub := args[0]
 	fs := flag.NewFlagSet("runtimed fs "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs, false)
-	if err := fs.Parse(args[1:]); err != nil {
+	fs.Usage = func() { fmt.Fprint(stderr, fsUsage); fmt.Fprintln(stderr, "\nflags:"); fs.PrintDefaults() }
+	switch sub {
+	case "":
+		fs.Usage()
 		return 2
+	case "-h", "-help", "--help", "help":
+		fs.Usage()
+		return 0
+	}
+	if code, done := parseArgs(fs, args[1:]); done {
+		return code
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprint(stderr, fsUsage)
+		fs.Usage()
 		return 2
 	}
 	path := fs.Arg(0)

@@ -15,9 +15,13 @@ Usage:
   runtimed ps --connect URL --session ID          list a session's processes
   runtimed fs cat|put|ls|stat [--connect URL] PATH  read, write, list or describe files (remotely or here)
   runtimed bench (--connect URL | --spawn 'CMD') measure a runtimed or any compatible server
+  runtimed version                                print the version and build information
   runtimed help                                   this text
 
-Run "runtimed COMMAND -h" for a command's flags.
+URLs are ws://HOST:PORT, or wss://HOST:PORT for TLS (then --ca FILE for a
+private certificate authority). A server with a token needs --token-file FILE
+or RUNTIMED_AUTH_TOKEN. Run "runtimed COMMAND -h" for a command's flags;
+docs/PROTOCOL.md is the protocol, docs/operations.md the operator's guide.
 `
 
 func main() {
@@ -42,6 +46,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fsCmd(args[1:], stdin, stdout, stderr)
 	case "bench":
 		return benchCmd(args[1:], stdout, stderr)
+	case "version", "--version":
+		return versionCmd(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,7 +31,7 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("runtimed serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "ws://127.0.0.1:0", "where to listen: ws://IP:PORT (port 0 picks a free one) or stdio://")
+	listen := fs.String("listen", "ws://127.0.0.1:0", "where to listen: ws://IP:PORT (port 0 picks a free one), wss://IP:PORT (TLS, with --tls-cert and --tls-key) or stdio://")
 	detachTTL := fs.Duration("detach-ttl", runtime.DefaultDetachTTL, "how long a dropped websocket's session and processes survive for a resume (0: terminate at once)")
 	retainBytes := fs.Int("retain-bytes", runtime.DefaultRetainBytes, "retained output per process, in bytes")
 	retainChunks := fs.Int("retain-chunks", runtime.DefaultRetainChunks, "retained output per process, in chunks")
@@ -45,15 +46,20 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for performance work)")
 	defaultSandbox := fs.String("default-sandbox", "", "confine starts that carry no sandbox: read-only or workspace-write (project root = the start's cwd); empty: run them unconfined")
 	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
+	supervise := fs.String("supervise", "", "keep the services described in this JSON file running (see docs or runtime.LoadServices); they show in process/list")
 	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible) or pgroup")
+	nf := registerNetFlags(fs)
 	var origins, fsRoots stringList
-	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods to this directory (repeatable; default: the whole filesystem)")
+	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
 	fs.Var(&origins, "allowed-origin", "an Origin header value allowed to connect (repeatable; by default any request with an Origin is refused)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	setUsage(fs, stderr, "runtimed serve [--listen ws://IP:PORT | wss://IP:PORT | stdio://] [flags]", `
+Serves the runtimed protocol (docs/PROTOCOL.md). On websocket it prints the
+URL it listens on as the first line of stdout; on stdio, stdout carries the
+protocol. Logs go to stderr. SIGINT or SIGTERM terminates every process
+(SIGTERM, SIGKILL after --shutdown-grace) and exits; SIGHUP reloads the TLS
+pair. Operator's guide: docs/operations.md.`)
+	if code, done := parseArgs(fs, args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "runtimed serve: unexpected argument %q\n", fs.Arg(0))
@@ -94,9 +100,18 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		FsRoots:         fsRoots,
 		DefaultSandbox:  *defaultSandbox,
 		RequireSandbox:  *requireSandbox,
+		Metrics:         nf.metricsListen != "",
 
 		DisableHTTPRequests: !*httpRequests,
 		MaxHTTPBodyBytes:    *httpMaxBody,
+	}
+	if *supervise != "" {
+		svcs, err := runtime.LoadServices(*supervise)
+		if err != nil {
+			fmt.Fprintf(stderr, "runtimed serve: --supervise %s: %v\n", *supervise, err)
+			return 2
+		}
+		cfg.Services = svcs
 	}
 	switch *containment {
 	case "auto":
@@ -132,11 +147,15 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	switch {
 	case *listen == "stdio" || *listen == "stdio://":
+		if msg := nf.check(nil, false, false, true); msg != "" {
+			fmt.Fprintln(stderr, "runtimed serve:", msg)
+			return 2
+		}
 		return serveStdio(ctx, cfg, stdin, stdout, log)
-	case strings.HasPrefix(*listen, "ws://"):
-		return serveWS(ctx, cfg, *listen, stdout, stderr, log)
+	case strings.HasPrefix(*listen, "ws://"), strings.HasPrefix(*listen, "wss://"):
+		return serveWS(ctx, cfg, *listen, nf, stdout, stderr, log)
 	default:
-		fmt.Fprintf(stderr, "runtimed serve: --listen %q: expected ws://IP:PORT or stdio://\n", *listen)
+		fmt.Fprintf(stderr, "runtimed serve: --listen %q: expected ws://IP:PORT, wss://IP:PORT or stdio://\n", *listen)
 		return 2
 	}
 }
@@ -156,15 +175,29 @@ func newLogger(w io.Writer, level zapcore.Level) *zap.Logger {
 	return zap.New(core).Named("runtimed")
 }
 
-func serveWS(ctx context.Context, cfg runtime.Config, listen string, stdout, stderr io.Writer, log *zap.Logger) int {
+func serveWS(ctx context.Context, cfg runtime.Config, listen string, nf *netFlags, stdout, stderr io.Writer, log *zap.Logger) int {
 	addr, err := parseWSListen(listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "runtimed serve: --listen %q: %v\n", listen, err)
 		return 2
 	}
-	if !addr.IP.IsLoopback() && cfg.AuthToken == "" {
-		fmt.Fprintf(stderr, "runtimed serve: refusing to listen on non-loopback address %s without authentication; set --auth-token-file (or RUNTIMED_AUTH_TOKEN)\n", addr.IP)
+	secure := strings.HasPrefix(listen, "wss://")
+	if msg := nf.check(addr.IP, secure, cfg.AuthToken != "", false); msg != "" {
+		fmt.Fprintln(stderr, "runtimed serve:", msg)
 		return 2
+	}
+	var tlsConfig *tls.Config
+	if secure {
+		tctx, stopTLS := context.WithCancel(context.Background())
+		var waitTLS func()
+		tlsConfig, waitTLS, err = nf.startTLS(tctx, log)
+		if err != nil {
+			stopTLS()
+			fmt.Fprintf(stderr, "runtimed serve: --tls-cert/--tls-key: %v\n", err)
+			return 2
+		}
+		defer waitTLS()
+		defer stopTLS()
 	}
 	network := "tcp6"
 	if addr.IP.To4() != nil {
@@ -176,11 +209,27 @@ func serveWS(ctx context.Context, cfg runtime.Config, listen string, stdout, std
 		return 1
 	}
 	srv := runtime.NewServer(cfg)
+	if err := startServices(ctx, srv, stderr); err != nil {
+		return 2
+	}
+	obs, err := nf.startMetrics(srv, log)
+	if err != nil {
+		_ = l.Close()
+		_ = srv.Close()
+		fmt.Fprintf(stderr, "runtimed serve: %v\n", err)
+		return 2
+	}
+	defer obs.close()
+	var ln net.Listener = l
 	url := "ws://" + l.Addr().String()
+	if secure {
+		ln = tls.NewListener(l, tlsConfig)
+		url = "wss://" + l.Addr().String()
+	}
 	fmt.Fprintln(stdout, url)
-	log.Info("listening", zap.String("url", url), zap.Bool("auth", cfg.AuthToken != ""))
+	log.Info("listening", zap.String("url", url), zap.Bool("auth", cfg.AuthToken != ""), zap.Bool("tls", secure))
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
+	go func() { served <- srv.Serve(ln) }()
 	select {
 	case <-ctx.Done():
 		log.Info("signal received; shutting down")
@@ -198,6 +247,9 @@ func serveStdio(ctx context.Context, cfg runtime.Config, stdin io.Reader, stdout
 	stdin, restore := pollableStdin(stdin, log)
 	defer restore()
 	srv := runtime.NewServer(cfg)
+	if err := startServices(ctx, srv, os.Stderr); err != nil {
+		return 2
+	}
 	t := wire.NewStdioTransport(stdin, stdout, cfg.MaxMessageBytes)
 	done := make(chan struct{})
 	go func() {
@@ -211,6 +263,17 @@ func serveStdio(ctx context.Context, cfg runtime.Config, stdin io.Reader, stdout
 		log.Info("signal received; shutting down")
 	}
 	return shutdown(srv, cfg, log)
+}
+
+// startServices starts --supervise's services (each started once, or its
+// first start failed and its restart policy took over).
+func startServices(ctx context.Context, srv *runtime.Server, stderr io.Writer) error {
+	if err := srv.StartServices(ctx); err != nil {
+		fmt.Fprintf(stderr, "runtimed serve: --supervise: %v\n", err)
+		_ = srv.Close()
+		return err
+	}
+	return nil
 }
 
 // shutdownSlack is what Shutdown may take beyond the shutdown grace for

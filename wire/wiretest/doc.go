@@ -1,4 +1,4 @@
-// Package wiretest is a black-box test harness for the runtimed wire protocol (shared/PROTOCOL.md).
+// Package wiretest is a black-box test harness for the runtimed wire protocol (docs/PROTOCOL.md).
 //
 // It builds and runs the real runtimed binary and talks raw JSON to it over a websocket or over the
 // stdio transport. It deliberately imports nothing from the server's own packages, so it checks the
