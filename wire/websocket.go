@@ -1,20 +1,45 @@
 package wire
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 )
+
+// Close status codes a server sends in a websocket close frame before it
+// ends a connection (RFC 6455 section 7.4.1).
+const (
+	CloseGoingAway     = 1001 // the server is shutting down
+	CloseProtocolError = 1002 // the peer broke the JSON-RPC protocol (a response, an unknown notification, initialized out of place)
+	ClosePolicy        = 1008 // the peer broke a server policy: a slow consumer, a budget that refused the connection
+	CloseTooBig        = 1009 // an inbound message over the limit
+)
+
+// closeHandshakeTimeout bounds CloseWith: the close frame's write and the
+// wait for the peer's close frame together (a peer that neither reads nor
+// answers costs at most this long).
+const closeHandshakeTimeout = time.Second
+
+// keepReadBuf is the largest read buffer a websocket transport keeps
+// between messages; a larger one, grown for a large message, is released
+// once the next message is read, so an idle connection holds no large
+// buffer.
+const keepReadBuf = 64 << 10
 
 // WebsocketTransport carries one JSON message per websocket message. It
 // accepts text and binary frames and always sends text frames.
 type WebsocketTransport struct {
 	c   *websocket.Conn
-	buf []byte // owned by the ReadMessage caller; reused between messages
+	nc  *progressConn // the accepted connection (nil when dialed): byte progress and close deadline
+	buf []byte        // owned by the ReadMessage caller; reused between messages up to keepReadBuf
 }
 
 // NewWebsocketTransport wraps an accepted or dialed connection and sets its
@@ -25,6 +50,22 @@ func NewWebsocketTransport(c *websocket.Conn, maxMessage int) *WebsocketTranspor
 	}
 	c.SetReadLimit(int64(maxMessage))
 	return &WebsocketTransport{c: c}
+}
+
+// AcceptWebsocket upgrades an HTTP request to a websocket transport without
+// compression (the caller checks Origin and authentication first). Unlike
+// a transport made with [NewWebsocketTransport], it reports byte-level
+// write progress ([WebsocketTransport.Progress]) and bounds
+// [WebsocketTransport.CloseWith], because it owns the network connection.
+func AcceptWebsocket(w http.ResponseWriter, r *http.Request, maxMessage int) (*WebsocketTransport, error) {
+	hj := &progressHijacker{ResponseWriter: w}
+	c, err := websocket.Accept(hj, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled, InsecureSkipVerify: true})
+	if err != nil {
+		return nil, err
+	}
+	t := NewWebsocketTransport(c, maxMessage)
+	t.nc = hj.nc
+	return t, nil
 }
 
 // DialWebsocket connects to a runtimed (or compatible) websocket URL.
@@ -40,8 +81,11 @@ func DialWebsocket(ctx context.Context, url string, header http.Header, maxMessa
 }
 
 // ReadMessage returns the next message of either frame type. The slice
-// is reused by the next call.
+// is reused by the next call (or released then, if it grew past 64 KiB).
 func (t *WebsocketTransport) ReadMessage(ctx context.Context) ([]byte, error) {
+	if cap(t.buf) > keepReadBuf {
+		t.buf = nil // the last message was large: do not keep its buffer while idle
+	}
 	_, r, err := t.c.Reader(ctx)
 	if err == nil {
 		t.buf = t.buf[:0]
@@ -53,12 +97,6 @@ func (t *WebsocketTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 			n, err = r.Read(t.buf[len(t.buf):cap(t.buf)])
 			t.buf = t.buf[:len(t.buf)+n]
 			if err == io.EOF {
-				if cap(t.buf) > 8<<20 && len(t.buf) < cap(t.buf)/4 {
-					// Do not keep a huge buffer for small messages.
-					data := t.buf
-					t.buf = nil
-					return data, nil
-				}
 				return t.buf, nil
 			}
 			if err != nil {
@@ -67,6 +105,7 @@ func (t *WebsocketTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 		}
 	}
 	if websocket.CloseStatus(err) == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig) {
+		t.buf = nil
 		return nil, fmt.Errorf("websocket: %w", ErrMessageTooBig)
 	}
 	return nil, err
@@ -82,3 +121,132 @@ func (t *WebsocketTransport) Flush() error { return nil }
 
 // Close closes the connection at once without waiting for the peer.
 func (t *WebsocketTransport) Close() error { return t.c.CloseNow() }
+
+// CloseWith sends a close frame with code and reason (at most 123 bytes)
+// and waits for the peer's, then closes the connection. On an accepted
+// connection both steps together take at most a second, whatever the peer
+// does; a dialed one is bounded by coder/websocket's own timeouts.
+func (t *WebsocketTransport) CloseWith(code int, reason string) error {
+	if len(reason) > 123 {
+		reason = reason[:123]
+	}
+	if t.nc != nil {
+		t.nc.closeBy(time.Now().Add(closeHandshakeTimeout))
+	}
+	return t.c.Close(websocket.StatusCode(code), reason)
+}
+
+// Progress returns how many bytes have been handed to the operating system
+// so far, and whether the transport can tell (only accepted connections).
+// A writer blocked on a peer that does not read makes no progress.
+func (t *WebsocketTransport) Progress() (uint64, bool) {
+	if t.nc == nil {
+		return 0, false
+	}
+	return t.nc.written.Load(), true
+}
+
+// CloseWithReason ends t telling the peer why when the transport can (a
+// websocket close frame with code and reason); other transports are
+// closed.
+func CloseWithReason(t Transport, code int, reason string) error {
+	if rc, ok := t.(interface{ CloseWith(int, string) error }); ok {
+		return rc.CloseWith(code, reason)
+	}
+	return t.Close()
+}
+
+// TransportProgress returns the bytes t has handed to the operating system
+// so far, when t can tell.
+func TransportProgress(t Transport) (uint64, bool) {
+	if p, ok := t.(interface{ Progress() (uint64, bool) }); ok {
+		return p.Progress()
+	}
+	return 0, false
+}
+
+// progressHijacker hands coder/websocket a connection that counts written
+// bytes and can be given a hard deadline for the close handshake.
+type progressHijacker struct {
+	http.ResponseWriter
+	nc *progressConn
+}
+
+func (h *progressHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := h.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("wire: the response writer cannot be hijacked")
+	}
+	c, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if brw.Writer.Buffered() > 0 {
+		if err := brw.Writer.Flush(); err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+	}
+	// Bytes the HTTP server read ahead are served first by the connection
+	// itself, so its 4 KiB buffers can go: an idle connection keeps two
+	// small ones (larger reads and writes bypass them).
+	var pending []byte
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		pending = append([]byte(nil), b...)
+	}
+	h.nc = &progressConn{Conn: c, pending: pending}
+	return h.nc, bufio.NewReadWriter(bufio.NewReaderSize(h.nc, wsBufSize), bufio.NewWriterSize(h.nc, wsBufSize)), nil
+}
+
+// wsBufSize is the size of an accepted connection's read and write buffers.
+const wsBufSize = 1 << 10
+
+// progressConn is the accepted network connection. written is updated by
+// the one writing goroutine and read by the connection's watchdog; the
+// close deadline is set once by CloseWith.
+type progressConn struct {
+	net.Conn
+	pending  []byte // read ahead by the HTTP server; owned by the reading goroutine
+	written  atomic.Uint64
+	deadline atomic.Int64 // unix nanoseconds; 0: none
+}
+
+func (c *progressConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		if len(c.pending) == 0 {
+			c.pending = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *progressConn) closeBy(t time.Time) {
+	c.deadline.Store(t.UnixNano())
+	_ = c.Conn.SetDeadline(t)
+}
+
+func (c *progressConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.written.Add(uint64(n))
+	return n, err
+}
+
+func (c *progressConn) SetDeadline(t time.Time) error     { return c.Conn.SetDeadline(c.clamp(t)) }
+func (c *progressConn) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(c.clamp(t)) }
+func (c *progressConn) SetWriteDeadline(t time.Time) error {
+	return c.Conn.SetWriteDeadline(c.clamp(t))
+}
+
+// clamp keeps a deadline no later than the close deadline, once set.
+func (c *progressConn) clamp(t time.Time) time.Time {
+	if d := c.deadline.Load(); d != 0 {
+		if limit := time.Unix(0, d); t.IsZero() || t.After(limit) {
+			return limit
+		}
+	}
+	return t
+}
