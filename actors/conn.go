@@ -7,10 +7,9 @@ import (
 	"io"
 	"net/url"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,19 +20,15 @@ import (
 
 // Queue capacities of the connection actor (see doc.go, Backpressure).
 const (
-	// connEventsCap bounds events waiting for the writer, shared by all of the
-	// connection's processes. A full queue makes process actors wait (they stop
-	// reading their children); nothing is dropped while the connection lives.
-	connEventsCap = 256
-	// connResponsesCap bounds encoded responses waiting for the writer; a full
-	// queue blocks whoever produced the response (the reader or a waiter).
-	connResponsesCap = 256
 	// connFsQueueCap bounds fs requests waiting for the connection's fs
 	// worker; a full queue makes the reader wait (ctx-bounded).
 	connFsQueueCap = 64
 	// connInflightCap bounds requests answered later (long polls, writes); the
 	// reader stops reading when it is reached.
 	connInflightCap = 4096
+	// DefaultOutboundQueueBytes is a connection's outbound queue budget when
+	// the configuration sets none.
+	DefaultOutboundQueueBytes = 1 << 20
 )
 
 // Reason says why a connection ended. It is the latched failure's kind.
@@ -43,6 +38,7 @@ const (
 	ReasonTransportLost Reason = iota + 1 // the peer went away or the transport failed
 	ReasonProtocol                        // the peer broke the protocol (e.g. a response from the client)
 	ReasonShutdown                        // the server is stopping
+	ReasonSlowConsumer                    // the outbound queue made no progress for the slow-consumer timeout
 )
 
 func (r Reason) String() string {
@@ -53,6 +49,8 @@ func (r Reason) String() string {
 		return "protocol violation"
 	case ReasonShutdown:
 		return "server shutdown"
+	case ReasonSlowConsumer:
+		return "slow consumer"
 	}
 	return "unknown"
 }
@@ -75,6 +73,7 @@ func (e *ConnError) Unwrap() error { return e.Err }
 type ConnOptions struct {
 	// Resumable: a dropped connection detaches its session for the detach
 	// TTL (websocket). Otherwise its end terminates the processes (stdio).
+	// Only a resumable connection is closed as a slow consumer.
 	Resumable bool
 	Logger    *zap.Logger
 }
@@ -89,27 +88,35 @@ const (
 
 // conn is the connection actor.
 //
-// Immutable: sup, t, opts, log, ctx, fail, events, responses, inflight, wtok.
+// Immutable: sup, t, opts, log, ctx, fail, budget and the channels.
 // Owned by the reader (ServeConn's goroutine): hs, session, apps, fsq's
-// creation. The fs worker owns the fs/open handles.
+// creation. The fs worker owns the fs/open handles. The queue goroutine
+// owns the outbound fifo and its byte count (outbound.go); msgsOut is
+// written by whoever writes and read by the queue's watchdog.
 // The transport's write side is owned by whoever holds wtok's token: the
-// writer goroutine while it drains the queues, or a goroutine answering a
-// request when the token is free (it never waits for it).
+// queue goroutine (lending it to the writer goroutine) while anything is
+// queued, or a goroutine answering a request when the token is free (it
+// never waits for it).
 type conn struct {
-	sup  *Supervisor
-	t    wire.Transport
-	opts ConnOptions
-	log  *zap.Logger
+	sup    *Supervisor
+	t      wire.Transport
+	opts   ConnOptions
+	log    *zap.Logger
+	budget int // outbound queue bytes
 
 	ctx  context.Context
 	fail context.CancelCauseFunc // the latch
 
-	events    chan Event
-	responses chan []byte
+	events    chan Event      // unbuffered: process actors and the http streams, into the queue
+	responses chan outItem    // unbuffered: replies and notifications, into the queue
+	batches   chan []outItem  // queue -> writer (cap 1)
+	written   chan writtenMsg // writer -> queue (cap 1)
+	msgsOut   atomic.Uint64   // messages written (the watchdog's progress when the transport cannot count bytes)
 	inflight  chan struct{}
 	// wtok is the write side of the transport: whoever holds its one token
-	// may write (the writer goroutine for queued work; the reader or a
-	// waiter for a response when nobody holds it, without ever waiting).
+	// may write (the queue goroutine and its writer for queued work; the
+	// reader or a waiter for a response when nobody holds it, without
+	// ever waiting).
 	wtok chan struct{}
 	wg   sync.WaitGroup
 
@@ -122,10 +129,22 @@ type conn struct {
 
 // ServeConn runs the connection actor on t until the connection ends or
 // ctx is cancelled, then detaches or discards its session. It returns the
-// latched cause.
+// latched cause. A connection the budgets refuse is told why (an error
+// with id null, then a close frame with 1008) and ended at once; the error
+// is then a *BudgetError.
 func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnOptions) error {
 	if opts.Logger == nil {
 		opts.Logger = s.log
+	}
+	release, err := s.AcquireConnection(ctx)
+	if err != nil {
+		refuse(ctx, t, err)
+		return err
+	}
+	defer release()
+	budget := s.cfg.Budgets.OutboundQueueBytes
+	if budget <= 0 {
+		budget = DefaultOutboundQueueBytes
 	}
 	cctx, fail := context.WithCancelCause(ctx)
 	c := &conn{
@@ -133,27 +152,37 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		t:         t,
 		opts:      opts,
 		log:       opts.Logger,
+		budget:    budget,
 		ctx:       cctx,
 		fail:      fail,
-		events:    make(chan Event, connEventsCap),
-		responses: make(chan []byte, connResponsesCap),
+		events:    make(chan Event),
+		responses: make(chan outItem),
+		batches:   make(chan []outItem, 1),
+		written:   make(chan writtenMsg, 1),
 		inflight:  make(chan struct{}, connInflightCap),
 		wtok:      make(chan struct{}, 1),
 		apps:      make(map[string]*appProc),
 	}
 	c.wtok <- struct{}{}
-	c.wg.Go(c.writeLoop)
-	// Closing the transport is what unblocks a pending read when the
-	// context ends from outside (shutdown); the writer closes it itself when
-	// a write fails.
-	stopWatch := context.AfterFunc(ctx, func() { t.Close() })
+	c.wg.Go(c.queueLoop) // it starts the writer goroutine when it first has something to write
+	// The reader does not read under cctx (a cancelled read would close a
+	// websocket before a close frame could be sent): closing the transport
+	// is what unblocks it when the connection ends from outside (shutdown,
+	// a slow consumer) or the writer fails. A protocol violation is found
+	// by the reader itself, which then returns; its close frame follows the
+	// last responses.
+	stopWatch := context.AfterFunc(cctx, func() {
+		if cause := context.Cause(cctx); !isReason(cause, ReasonProtocol) {
+			closeFor(t, cause)
+		}
+	})
 	c.readLoop()
+	fail(&ConnError{Reason: ReasonTransportLost}) // no-op unless the reader ended without a cause
 	c.wg.Wait()
 	c.discardApps()
 	stopWatch()
-	t.Close()
 	cause := context.Cause(cctx)
-	fail(cause)
+	closeFor(t, cause)
 	if c.session != nil && !s.stopped() { // when stopping, every actor terminates itself
 		ttl := time.Duration(0)
 		if opts.Resumable {
@@ -165,16 +194,66 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 	return cause
 }
 
+func isReason(err error, r Reason) bool {
+	var ce *ConnError
+	return errors.As(err, &ce) && ce.Reason == r
+}
+
+// closeFor ends the transport as the cause says: a protocol violation with
+// a close frame 1002 and its reason, a shutdown with 1001, a slow consumer
+// with 1008 (its receive window is full, so the frame rarely arrives);
+// anything else at once.
+func closeFor(t wire.Transport, cause error) {
+	var ce *ConnError
+	if !errors.As(cause, &ce) {
+		t.Close()
+		return
+	}
+	switch ce.Reason {
+	case ReasonProtocol:
+		reason := "protocol violation"
+		if ce.Err != nil {
+			reason += ": " + ce.Err.Error()
+		}
+		_ = wire.CloseWithReason(t, wire.CloseProtocolError, reason)
+	case ReasonShutdown:
+		_ = wire.CloseWithReason(t, wire.CloseGoingAway, "server shutting down")
+	case ReasonSlowConsumer:
+		_ = wire.CloseWithReason(t, wire.ClosePolicy, "slow consumer: the outbound queue made no progress")
+	default:
+		t.Close()
+	}
+}
+
+// refuse tells a connection the budgets refused it why, then ends it.
+func refuse(ctx context.Context, t wire.Transport, err error) {
+	var be *BudgetError
+	if errors.As(err, &be) {
+		wctx, cancel := context.WithTimeout(ctx, closeWriteTimeout)
+		b := wire.AppendError(nil, wire.NullID, be.Wire())
+		if t.WriteMessage(wctx, b) == nil {
+			_ = t.Flush()
+		}
+		cancel()
+		_ = wire.CloseWithReason(t, wire.ClosePolicy, be.Limit+" limit reached")
+		return
+	}
+	t.Close()
+}
+
+// closeWriteTimeout bounds the error written to a refused connection.
+const closeWriteTimeout = time.Second
+
 func (c *conn) latch(reason Reason, err error) {
 	c.fail(&ConnError{Reason: reason, Err: err})
 }
 
 func (c *conn) readLoop() {
 	for {
-		data, err := c.t.ReadMessage(c.ctx)
+		data, err := c.t.ReadMessage(context.Background())
 		if err != nil {
 			if errors.Is(err, wire.ErrMessageTooBig) {
-				c.reply(wire.MalformedID, nil, wire.Errorf(wire.CodeInvalidRequest, "message exceeds the %d-byte limit", wire.DefaultMaxMessageBytes))
+				c.reply(wire.MalformedID, nil, wire.Errorf(wire.CodeInvalidRequest, "message exceeds the %d-byte limit", c.sup.cfg.MaxMessageBytes))
 				if _, ok := c.t.(*wire.StdioTransport); ok {
 					continue // stdio skipped the line and is still usable
 				}
@@ -188,14 +267,20 @@ func (c *conn) readLoop() {
 			}
 			return
 		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		if len(data) >= LargeMessageBytes {
+			c.sup.largeMessage()
+		}
 		msg, perr := wire.Decode(data)
 		if perr != nil {
-			c.reply(wire.MalformedID, nil, perr)
+			c.reply(msg.ID, nil, perr)
 			continue
 		}
 		switch msg.Kind {
 		case wire.KindResponse:
-			c.latch(ReasonProtocol, errors.New("client sent a response"))
+			c.latch(ReasonProtocol, errors.New("a client may not send responses"))
 			return
 		case wire.KindNotification:
 			if !c.notification(msg) {
@@ -220,44 +305,9 @@ func (c *conn) notification(msg wire.Message) bool {
 	if msg.Method == wire.MethodInitialized {
 		c.latch(ReasonProtocol, errors.New("initialized before initialize"))
 	} else {
-		c.latch(ReasonProtocol, fmt.Errorf("unknown notification %q", msg.Method))
+		c.latch(ReasonProtocol, fmt.Errorf("unknown notification %.64q", msg.Method))
 	}
 	return false
-}
-
-// reply encodes a response and queues it for the writer.
-func (c *conn) reply(id wire.ID, result any, rerr *wire.Error) {
-	var b []byte
-	if rerr != nil {
-		b = wire.AppendError(nil, id, rerr)
-	} else {
-		var err error
-		b, err = wire.AppendResult(nil, id, result)
-		if err != nil {
-			b = wire.AppendError(nil, id, wire.AsError(err))
-		}
-	}
-	// Fast path: if nobody holds the write side, write the response here
-	// instead of waking the writer goroutine (a hop that costs a thread
-	// wake-up per request). Never waits for the token.
-	select {
-	case <-c.wtok:
-		err := c.t.WriteMessage(c.ctx, b)
-		if err == nil {
-			err = c.t.Flush()
-		}
-		c.wtok <- struct{}{}
-		if err != nil {
-			c.latch(ReasonTransportLost, err)
-			c.t.Close()
-		}
-		return
-	default:
-	}
-	select {
-	case c.responses <- b:
-	case <-c.ctx.Done():
-	}
 }
 
 var knownMethods = map[string]string{
@@ -377,7 +427,9 @@ func (c *conn) initialize(msg wire.Message) {
 	}
 	c.session = table
 	c.hs = hsInitialized
-	c.log = c.log.With(zap.String("session_id", table.ID))
+	if c.log.Core().Enabled(zap.DebugLevel) {
+		c.log = c.log.With(zap.String("session_id", table.ID)) // (a logger with fields costs ~1 KiB per connection)
+	}
 	c.reply(msg.ID, wire.InitializeResult{SessionID: table.ID, EnvironmentInfo: c.sup.envInfo}, nil)
 }
 
@@ -408,7 +460,18 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrProcessExists(p.ProcessID))
 		return
 	}
-	if max := c.sup.cfg.MaxProcesses; max > 0 && c.session.Active() >= max {
+	if e := checkEnvNames("env", p.Env); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	if p.EnvPolicy != nil {
+		if e := checkEnvNames("envPolicy.set", p.EnvPolicy.Set); e != nil {
+			c.reply(msg.ID, nil, e)
+			return
+		}
+	}
+	active := c.session.Active()
+	if max := c.sup.cfg.MaxProcesses; max > 0 && active >= max {
 		c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
 		return
 	}
@@ -437,9 +500,9 @@ func (c *conn) start(msg wire.Message) {
 	}
 	spec.Limits = LimitsFrom(p.Limits)
 	sub := c.subscriber()
-	ref, err := c.sup.Spawn(p.ProcessID, spec, &sub)
+	ref, err := c.sup.SpawnCharged(p.ProcessID, spec, &sub, active)
 	if err != nil {
-		c.reply(msg.ID, nil, wire.Errorf(spawnErrorCode(err), "%s", err.Error()))
+		c.reply(msg.ID, nil, SpawnWireError(err))
 		return
 	}
 	c.session.Procs[p.ProcessID] = ref
@@ -459,341 +522,6 @@ func absPath(p string) (string, error) {
 		return "", fmt.Errorf("must be absolute: %s", p)
 	}
 	return filepath.Clean(p), nil
-}
-
-// deferred runs wait on a tracked goroutine so the reader can go on; it
-// holds an inflight slot until the reply is queued.
-func (c *conn) deferred(wait func()) {
-	select {
-	case c.inflight <- struct{}{}:
-	case <-c.ctx.Done():
-		return
-	}
-	c.wg.Go(func() {
-		defer func() { <-c.inflight }()
-		wait()
-	})
-}
-
-func (c *conn) read(msg wire.Message) {
-	var p wire.ReadParams
-	if !c.params(msg, &p) {
-		return
-	}
-	ref, ok := c.process(msg, p.ProcessID)
-	if !ok {
-		return
-	}
-	maxBytes := 0
-	if p.MaxBytes != nil {
-		maxBytes = int(min(*p.MaxBytes, 1<<40))
-		if maxBytes == 0 {
-			maxBytes = 1 // maxBytes 0 still returns the first chunk
-		}
-	}
-	wait := time.Duration(min(p.WaitMs, 24*3600*1000)) * time.Millisecond
-	ch, err := ref.ReadAsync(c.ctx, p.AfterSeq, maxBytes, wait)
-	if err != nil {
-		c.reply(msg.ID, nil, c.actorError(err, p.ProcessID))
-		return
-	}
-	answer := func() {
-		select {
-		case r := <-ch:
-			c.reply(msg.ID, readResult(r), nil)
-		case <-ref.Done():
-			select {
-			case r := <-ch:
-				c.reply(msg.ID, readResult(r), nil)
-			default:
-				c.reply(msg.ID, nil, wire.ErrUnknownProcess(p.ProcessID))
-			}
-		case <-c.ctx.Done():
-		}
-	}
-	if wait <= 0 {
-		answer()
-		return
-	}
-	c.deferred(answer)
-}
-
-func (c *conn) actorError(err error, id string) *wire.Error {
-	if errors.Is(err, ErrStopped) {
-		return wire.ErrUnknownProcess(id)
-	}
-	return wire.AsError(err)
-}
-
-func readResult(r ReadReply) wire.ReadResult {
-	out := wire.ReadResult{
-		Chunks:  make([]wire.Chunk, len(r.Chunks)),
-		NextSeq: r.NextSeq,
-		Exited:  r.Exited,
-		Closed:  r.Closed,
-	}
-	for i, ch := range r.Chunks {
-		out.Chunks[i] = wire.Chunk{Seq: ch.Seq, Stream: ch.Stream.String(), Chunk: ch.Data}
-	}
-	if r.Exited {
-		code := r.ExitCode
-		out.ExitCode = &code
-	}
-	return out
-}
-
-func (c *conn) write(msg wire.Message) {
-	var p wire.WriteParams
-	if !c.params(msg, &p) {
-		return
-	}
-	writeID := ""
-	if p.WriteID != nil {
-		if *p.WriteID == "" {
-			c.reply(msg.ID, nil, wire.ErrEmptyWriteID())
-			return
-		}
-		writeID = *p.WriteID
-	}
-	ref, ok := c.session.Lookup(p.ProcessID)
-	if !ok {
-		c.reply(msg.ID, wire.WriteResult{Status: wire.WriteUnknownProcess}, nil)
-		return
-	}
-	ch, err := ref.WriteAsync(c.ctx, p.Chunk, writeID)
-	if err != nil {
-		c.reply(msg.ID, wire.WriteResult{Status: wire.WriteUnknownProcess}, nil)
-		return
-	}
-	c.deferred(func() {
-		select {
-		case r := <-ch:
-			if r.Err != nil {
-				c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "%s", r.Err.Error()))
-				return
-			}
-			c.reply(msg.ID, wire.WriteResult{Status: writeStatus(r.Status)}, nil)
-		case <-ref.Done():
-			c.reply(msg.ID, wire.WriteResult{Status: wire.WriteStdinClosed}, nil)
-		case <-c.ctx.Done():
-		}
-	})
-}
-
-func writeStatus(s WriteStatus) string {
-	switch s {
-	case WriteAccepted:
-		return wire.WriteAccepted
-	case WriteStdinClosed:
-		return wire.WriteStdinClosed
-	}
-	return wire.WriteUnknownProcess
-}
-
-func (c *conn) terminate(msg wire.Message) {
-	var p wire.TerminateParams
-	if !c.params(msg, &p) {
-		return
-	}
-	ref, ok := c.session.Lookup(p.ProcessID)
-	if !ok {
-		c.reply(msg.ID, wire.TerminateResult{Running: false}, nil)
-		return
-	}
-	var grace time.Duration
-	if p.GraceMs != nil {
-		grace = time.Duration(min(*p.GraceMs, 24*3600*1000)) * time.Millisecond
-	}
-	running, err := ref.Terminate(c.ctx, grace)
-	if err != nil {
-		running = false
-	}
-	c.reply(msg.ID, wire.TerminateResult{Running: running}, nil)
-}
-
-// Signals maps the protocol's signal names to signals.
-var Signals = map[string]syscall.Signal{
-	"interrupt": syscall.SIGINT,
-	"terminate": syscall.SIGTERM,
-	"kill":      syscall.SIGKILL,
-	"hangup":    syscall.SIGHUP,
-	"quit":      syscall.SIGQUIT,
-	"user1":     syscall.SIGUSR1,
-	"user2":     syscall.SIGUSR2,
-}
-
-func (c *conn) signal(msg wire.Message) {
-	var p wire.SignalParams
-	if !c.params(msg, &p) {
-		return
-	}
-	sig, ok := Signals[p.Signal]
-	if !ok {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "unknown signal `%s`; expected one of interrupt, terminate, kill, hangup, quit, user1, user2", p.Signal))
-		return
-	}
-	ref, ok := c.session.Lookup(p.ProcessID)
-	if !ok {
-		c.reply(msg.ID, struct{}{}, nil)
-		return
-	}
-	if err := ref.Signal(c.ctx, sig); err != nil && !errors.Is(err, ErrStopped) {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "signal failure: %v", err))
-		return
-	}
-	c.reply(msg.ID, struct{}{}, nil)
-}
-
-func (c *conn) resize(msg wire.Message) {
-	var p wire.ResizeParams
-	if !c.params(msg, &p) {
-		return
-	}
-	ref, ok := c.process(msg, p.ProcessID)
-	if !ok {
-		return
-	}
-	if err := ref.Resize(c.ctx, p.Rows, p.Cols); err != nil {
-		if errors.Is(err, ErrNotPTY) {
-			c.reply(msg.ID, nil, wire.ErrNotPTY())
-		} else {
-			c.reply(msg.ID, nil, c.actorError(err, p.ProcessID))
-		}
-		return
-	}
-	c.reply(msg.ID, struct{}{}, nil)
-}
-
-func (c *conn) closeStdin(msg wire.Message) {
-	var p wire.ProcessParams
-	if !c.params(msg, &p) {
-		return
-	}
-	ref, ok := c.process(msg, p.ProcessID)
-	if !ok {
-		return
-	}
-	if err := ref.CloseStdin(c.ctx); err != nil && !errors.Is(err, ErrStopped) {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "stdin failure: %v", err))
-		return
-	}
-	c.reply(msg.ID, struct{}{}, nil)
-}
-
-func (c *conn) list(msg wire.Message) {
-	var p wire.NoParams
-	if !c.params(msg, &p) {
-		return
-	}
-	out := wire.ListResult{Processes: []wire.ProcessInfo{}}
-	for id := range c.session.Procs {
-		ref, ok := c.session.Lookup(id)
-		if !ok {
-			continue
-		}
-		info, err := ref.Info(c.ctx)
-		if err != nil {
-			continue
-		}
-		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Limit: info.Limit, Metadata: wireMetadata(ref.Metadata())}
-		if info.State >= StateExited {
-			code := info.ExitCode
-			wi.ExitCode = &code
-		}
-		out.Processes = append(out.Processes, wi)
-	}
-	sortInfos(out.Processes)
-	c.reply(msg.ID, out, nil)
-}
-
-// writeLoop is the connection's only writer. It encodes events itself (once
-// each, straight into a reused buffer) and flushes when both queues are empty.
-func (c *conn) writeLoop() {
-	var buf []byte
-	for {
-		var first func() bool
-		select {
-		case ev := <-c.events:
-			first = func() bool { buf = encodeEvent(buf[:0], ev); return c.writeOwned(buf) }
-		case b := <-c.responses:
-			first = func() bool { return c.writeOwned(b) }
-		case <-c.ctx.Done():
-			// Give already queued responses a last chance (stdio EOF leaves
-			// stdout usable), without waiting for anything new.
-			select {
-			case <-c.wtok:
-			case <-time.After(time.Second):
-				return
-			}
-			for {
-				select {
-				case b := <-c.responses:
-					if c.t.WriteMessage(context.Background(), b) != nil {
-						return
-					}
-				default:
-					_ = c.t.Flush()
-					return
-				}
-			}
-		}
-		// Own the write side for this burst: everything queued, then flush.
-		select {
-		case <-c.wtok:
-		case <-c.ctx.Done():
-			return
-		}
-		ok := first()
-		for ok {
-			select {
-			case ev := <-c.events:
-				buf = encodeEvent(buf[:0], ev)
-				ok = c.writeOwned(buf)
-				continue
-			case b := <-c.responses:
-				ok = c.writeOwned(b)
-				continue
-			default:
-			}
-			if err := c.t.Flush(); err != nil {
-				c.latch(ReasonTransportLost, err)
-				c.t.Close()
-				ok = false
-			}
-			break
-		}
-		c.wtok <- struct{}{}
-		if !ok {
-			return
-		}
-	}
-}
-
-// writeOwned writes one message; the caller holds the write token.
-func (c *conn) writeOwned(b []byte) bool {
-	if err := c.t.WriteMessage(c.ctx, b); err != nil {
-		c.latch(ReasonTransportLost, err)
-		c.t.Close()
-		return false
-	}
-	return true
-}
-
-func encodeEvent(dst []byte, ev Event) []byte {
-	switch ev.Kind {
-	case EventOutput:
-		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
-	case EventExited:
-		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.Limit)
-	case EventMessage:
-		return append(dst, ev.Data...)
-	default:
-		return wire.AppendClosedNotification(dst, ev.ProcessID, ev.Seq)
-	}
-}
-
-func sortInfos(infos []wire.ProcessInfo) {
-	sort.Slice(infos, func(i, j int) bool { return infos[i].ProcessID < infos[j].ProcessID })
 }
 
 // fs hands an fs/* request to the connection's fs worker. The worker runs
