@@ -70,6 +70,17 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.rpcMethod, "rpc-method", "process/read", "the request timed in figure d (process/read, or environment/status to leave out the process actor)")
 	fs.IntVar(&o.pid, "pid", 0, "the server's pid, for CPU, RSS and thread figures (known with --spawn)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the benchmark client to this file")
+	soak := fs.Bool("soak", false, "instead of figures a-f, run the hostile-client soak: idle, slow (never reading) and greedy (start until refused) clients, then large requests; reports RSS, fds and environment/status latency")
+	var so soakOpts
+	fs.IntVar(&so.idle, "idle-clients", 200, "soak: idle connections")
+	fs.IntVar(&so.slow, "slow-clients", 50, "soak: connections that start `cat /dev/zero` and never read")
+	fs.DurationVar(&so.slowFor, "slow-for", 10*time.Second, "soak: how long the slow phase lasts")
+	fs.IntVar(&so.greedy, "greedy-clients", 2, "soak: connections that start `sleep 1000` until refused")
+	fs.IntVar(&so.greedyProcs, "greedy-procs", 4096, "soak: starts each greedy connection attempts")
+	fs.IntVar(&so.large, "large-clients", 20, "soak: connections that each send one large process/write")
+	fs.IntVar(&so.largeBytes, "large-bytes", 60_000_000, "soak: size of each large request")
+	fs.DurationVar(&so.largeSettle, "large-settle", 5*time.Second, "soak: wait after the large answers before measuring RSS")
+	fs.DurationVar(&so.fdSettle, "fd-settle", 10*time.Second, "soak: wait after terminating the greedy processes before counting fds")
 	sandbox := fs.String("sandbox", "none", "start every process under this sandbox: none, read-only or workspace-write (cwd / as the root); figures are labelled")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -90,6 +101,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 
 	var dial func(ctx context.Context) (wire.Transport, error)
+	srvURL := *connect
 	if *spawn != "" {
 		srv, err := spawnServer(ctx, *spawn, *stdio, stderr)
 		if err != nil {
@@ -109,11 +121,16 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 			}
 		} else {
 			url := srv.url
+			srvURL = url
 			dial = func(ctx context.Context) (wire.Transport, error) { return wire.DialWebsocket(ctx, url, nil, 256<<20) }
 		}
 	} else {
 		url := *connect
 		dial = func(ctx context.Context) (wire.Transport, error) { return wire.DialWebsocket(ctx, url, nil, 256<<20) }
+	}
+	if *soak {
+		so.pid = o.pid
+		return soakCmd(ctx, so, *connect, *spawn, *stdio, srvURL, *jsonOut, stdout, stderr)
 	}
 	t, err := dial(ctx)
 	if err != nil {
