@@ -36,6 +36,13 @@ the median with min and max over --runs:
 MB is 10^6 bytes. --spawn runs CMD with sh -c "exec CMD" and reads the URL
 from its stdout (or, with --stdio, speaks the protocol on its stdin/stdout);
 its pid is then known. With --connect, pass --pid for CPU/RSS figures.
+
+With --soak (websocket only, the pid known) it runs hostile and careless
+clients instead, one phase after another, and reports the server's RSS and
+descriptors and a well-behaved client's environment/status percentiles:
+idle connections, slow ones (each starts cat /dev/zero and never reads),
+greedy ones (each starts sleep 1000 until refused, then a new connection's
+first start), and connections that each send one large process/write.
 `
 
 type benchOpts struct {
