@@ -171,7 +171,9 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 	// a slow consumer) or the writer fails. A protocol violation is found
 	// by the reader itself, which then returns; its close frame follows the
 	// last responses.
+	watchDone := make(chan struct{})
 	stopWatch := context.AfterFunc(cctx, func() {
+		defer close(watchDone)
 		if cause := context.Cause(cctx); !isReason(cause, ReasonProtocol) {
 			closeFor(t, cause)
 		}
@@ -180,7 +182,9 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 	fail(&ConnError{Reason: ReasonTransportLost}) // no-op unless the reader ended without a cause
 	c.wg.Wait()
 	c.discardApps()
-	stopWatch()
+	if !stopWatch() {
+		<-watchDone // its close (at most a second) ends before the connection does
+	}
 	cause := context.Cause(cctx)
 	closeFor(t, cause)
 	if c.session != nil && !s.stopped() { // when stopping, every actor terminates itself
@@ -235,7 +239,7 @@ func refuse(ctx context.Context, t wire.Transport, err error) {
 			_ = t.Flush()
 		}
 		cancel()
-		_ = wire.CloseWithReason(t, wire.ClosePolicy, be.Limit+" limit reached")
+		_ = wire.CloseWithReason(t, wire.ClosePolicy, be.Error()) // (cut to a close frame's 123 bytes)
 		return
 	}
 	t.Close()

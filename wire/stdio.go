@@ -51,9 +51,13 @@ func NewStdioTransport(r io.Reader, w io.Writer, maxMessage int) *StdioTransport
 	return t
 }
 
-// ReadMessage returns the next non-empty line without its newline.
+// ReadMessage returns the next non-empty line without its newline. A line
+// buffer grown past 64 KiB is released once the next line is read.
 func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	for {
+		if cap(t.line) > keepReadBuf {
+			t.line = nil
+		}
 		t.line = t.line[:0]
 		tooBig := false
 		for {

@@ -55,3 +55,18 @@ func TestStdioCloseUnblocksRead(t *testing.T) {
 		t.Fatal("read after Close succeeded")
 	}
 }
+
+// A line buffer grown for a large message is not kept once the next one is read.
+func TestStdioReleasesLargeLineBuffer(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	tr := NewStdioTransport(strings.NewReader(big+"\n{}\n"), io.Discard, 0)
+	if m, err := tr.ReadMessage(context.Background()); err != nil || len(m) != len(big) {
+		t.Fatalf("read %d bytes, %v", len(m), err)
+	}
+	if m, err := tr.ReadMessage(context.Background()); err != nil || string(m) != "{}" {
+		t.Fatalf("read %q, %v", m, err)
+	}
+	if cap(tr.line) > keepReadBuf {
+		t.Errorf("the transport keeps a %d-byte line buffer after a small message", cap(tr.line))
+	}
+}

@@ -277,7 +277,7 @@ func TestHostileConnectionBudget(t *testing.T) {
 	}
 	_, _, err = conn.Read(ctx)
 	var ce websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.Contains(ce.Reason, "connections limit reached") {
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusPolicyViolation || !strings.HasPrefix(ce.Reason, "limit reached: connections = 2 (--max-connections)") {
 		t.Errorf("refused connection ended with %v; want a close frame 1008", err)
 	}
 	res, err := call(ctx, a, "environment/status", nil)
