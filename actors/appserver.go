@@ -140,6 +140,7 @@ func (c *conn) spawnApp(msg wire.Message) {
 		cap:         capBytes,
 	}
 	// Internal ids keep the dialect's handles apart from process/start ids.
+	c.outbound()
 	ref, err := c.sup.SpawnCharged("app:"+p.ProcessHandle, spec, &Subscriber{Out: a.events, Done: c.ctx.Done()}, active)
 	if err != nil {
 		c.reply(msg.ID, nil, SpawnWireError(err))

@@ -120,11 +120,12 @@ type conn struct {
 	wtok chan struct{}
 	wg   sync.WaitGroup
 
-	hs      handshake
-	session *SessionTable
-	apps    map[string]*appProc // app-server dialect handles of this connection
-	fsq     chan wire.Message   // to the fs worker, started on the first fs request
-	httpm   *httpManager        // the http manager, started on the first http/request
+	hs       handshake
+	queueing bool // the queue goroutine runs (started by the reader: outbound)
+	session  *SessionTable
+	apps     map[string]*appProc // app-server dialect handles of this connection
+	fsq      chan wire.Message   // to the fs worker, started on the first fs request
+	httpm    *httpManager        // the http manager, started on the first http/request
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -164,7 +165,10 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		apps:      make(map[string]*appProc),
 	}
 	c.wtok <- struct{}{}
-	c.wg.Go(c.queueLoop) // it starts the writer goroutine when it first has something to write
+	// The queue goroutine is started by the reader before the first request
+	// that can produce output from another goroutine (outbound); until then
+	// the reader is the only writer and always finds the write token free.
+	// An idle connection thus has one goroutine, the reader.
 	// The reader does not read under cctx (a cancelled read would close a
 	// websocket before a close frame could be sent): closing the transport
 	// is what unblocks it when the connection ends from outside (shutdown,
@@ -415,6 +419,7 @@ func (c *conn) initialize(msg wire.Message) {
 			return
 		}
 		if err == nil {
+			c.outbound()
 			sub := c.subscriber()
 			for id, ref := range table.Procs {
 				if _, aerr := ref.Attach(c.ctx, sub); aerr != nil {
@@ -504,6 +509,7 @@ func (c *conn) start(msg wire.Message) {
 	}
 	spec.Limits = LimitsFrom(p.Limits)
 	sub := c.subscriber()
+	c.outbound()
 	ref, err := c.sup.SpawnCharged(p.ProcessID, spec, &sub, active)
 	if err != nil {
 		c.reply(msg.ID, nil, SpawnWireError(err))
@@ -534,6 +540,7 @@ func absPath(p string) (string, error) {
 // copy or read never holds up the reader, process requests or long polls.
 func (c *conn) fs(msg wire.Message) {
 	if c.fsq == nil {
+		c.outbound()
 		c.fsq = make(chan wire.Message, connFsQueueCap)
 		c.wg.Go(c.fsWorker)
 	}

@@ -16,6 +16,7 @@ import (
 // deferred runs wait on a tracked goroutine so the reader can go on; it
 // holds an inflight slot until the reply is queued.
 func (c *conn) deferred(wait func()) {
+	c.outbound()
 	select {
 	case c.inflight <- struct{}{}:
 	case <-c.ctx.Done():

@@ -126,6 +126,9 @@ func (c *conn) notify(method string, params any) {
 	c.enqueue(outItem{b: b, size: len(b)})
 }
 
+// enqueue hands an item to the queue goroutine, waiting while the queue is
+// over budget. It is reached only when the write token is taken, so the
+// queue goroutine runs (see outbound).
 func (c *conn) enqueue(it outItem) {
 	select {
 	case c.responses <- it:
@@ -165,6 +168,18 @@ func (c *conn) progress() uint64 {
 		n += b
 	}
 	return n
+}
+
+// outbound starts the queue goroutine unless it runs. Only the reader
+// calls it, before the first request that lets another goroutine produce
+// output (a process, a deferred reply, the fs worker, the http manager, an
+// app-server adapter, a resumed session): until then nobody but the reader
+// writes, and the reader always finds the write token free.
+func (c *conn) outbound() {
+	if !c.queueing {
+		c.queueing = true
+		c.wg.Go(c.queueLoop)
+	}
 }
 
 // queueLoop is the queue goroutine: it owns fifo, queued, writing and the
