@@ -26,9 +26,11 @@
 // requests in arrival order and owns the connection's fsops.Worker: the
 // fs/open handles and the fs/watchMissing watches, whose fs/missingChanged
 // it queues after the answer that armed them. The connection's queue
-// goroutine (outbound.go) owns the outbound fifo, its byte count and the
-// slow-consumer watchdog; its writer goroutine, started on the first batch,
-// encodes and writes one batch at a time. The transport's write side
+// goroutine (outbound.go), started by the reader before the first request
+// that lets another goroutine write (so an idle connection is its reader
+// alone), owns the outbound fifo, its byte count and the slow-consumer
+// watchdog; its writer goroutine, started on the first batch, encodes and
+// writes one batch at a time. The transport's write side
 // belongs to whoever holds the connection's one-slot write token: the queue
 // goroutine (lending it to the writer with each batch) while anything is
 // queued, or a goroutine answering a request when the token is free; nobody
