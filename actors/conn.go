@@ -278,6 +278,10 @@ func (c *conn) readLoop() {
 		if c.ctx.Err() != nil {
 			return
 		}
+		if len(data) >= wire.LargeReadBytes {
+			// Do not keep a buffer grown for this message (data stays valid).
+			wire.ReleaseReadBuffer(c.t)
+		}
 		if len(data) >= LargeMessageBytes {
 			c.sup.largeMessage()
 		}

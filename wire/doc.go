@@ -45,9 +45,11 @@
 // Transports have no queues of their own beyond their write buffer: a
 // WriteMessage blocks while the peer does not read (TCP or pipe
 // backpressure). An accepted websocket keeps 1 KiB read and write buffers
-// (larger frames bypass them); both transports release a read buffer grown
-// past 64 KiB once the next message is read. A websocket's CloseWith takes
-// at most a second whatever the peer does. The stdio transport buffers writes until Flush, which the
+// (larger frames bypass them). Both transports reuse their read buffer;
+// [ReleaseReadBuffer] drops it (a server calls it after a message of
+// [LargeReadBytes] or more, so an idle connection holds no large buffer; a
+// client streaming large notifications keeps reusing one). A websocket's
+// CloseWith takes at most a second whatever the peer does. The stdio transport buffers writes until Flush, which the
 // connection's writer calls whenever its queues are empty, so bursts of
 // small messages share system calls.
 package wire

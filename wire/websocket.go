@@ -28,18 +28,18 @@ const (
 // answers costs at most this long).
 const closeHandshakeTimeout = time.Second
 
-// keepReadBuf is the largest read buffer a websocket transport keeps
-// between messages; a larger one, grown for a large message, is released
-// once the next message is read, so an idle connection holds no large
-// buffer.
-const keepReadBuf = 64 << 10
+// LargeReadBytes is the size from which a server releases a transport's
+// read buffer after a message ([ReleaseReadBuffer]), so that an idle
+// connection holds no buffer grown for a large request. Clients keep theirs
+// (a stream of large notifications reuses one buffer).
+const LargeReadBytes = 64 << 10
 
 // WebsocketTransport carries one JSON message per websocket message. It
 // accepts text and binary frames and always sends text frames.
 type WebsocketTransport struct {
 	c   *websocket.Conn
 	nc  *progressConn // the accepted connection (nil when dialed): byte progress and close deadline
-	buf []byte        // owned by the ReadMessage caller; reused between messages up to keepReadBuf
+	buf []byte        // owned by the ReadMessage caller; reused between messages until released
 }
 
 // NewWebsocketTransport wraps an accepted or dialed connection and sets its
@@ -81,11 +81,8 @@ func DialWebsocket(ctx context.Context, url string, header http.Header, maxMessa
 }
 
 // ReadMessage returns the next message of either frame type. The slice
-// is reused by the next call (or released then, if it grew past 64 KiB).
+// is reused by the next call unless ReleaseReadBuffer drops it.
 func (t *WebsocketTransport) ReadMessage(ctx context.Context) ([]byte, error) {
-	if cap(t.buf) > keepReadBuf {
-		t.buf = nil // the last message was large: do not keep its buffer while idle
-	}
 	_, r, err := t.c.Reader(ctx)
 	if err == nil {
 		t.buf = t.buf[:0]
@@ -115,6 +112,10 @@ func (t *WebsocketTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 func (t *WebsocketTransport) WriteMessage(ctx context.Context, msg []byte) error {
 	return t.c.Write(ctx, websocket.MessageText, msg)
 }
+
+// ReleaseReadBuffer drops the read buffer; the last message stays valid
+// for its holder. Called by the ReadMessage caller only.
+func (t *WebsocketTransport) ReleaseReadBuffer() { t.buf = nil }
 
 // Flush is a no-op: every message is its own frame.
 func (t *WebsocketTransport) Flush() error { return nil }
@@ -154,6 +155,16 @@ func CloseWithReason(t Transport, code int, reason string) error {
 		return rc.CloseWith(code, reason)
 	}
 	return t.Close()
+}
+
+// ReleaseReadBuffer drops t's read buffer if t keeps one (both transports
+// do): a server calls it after a large message so that an idle connection
+// does not hold a buffer grown for it. Only the ReadMessage caller may call
+// it; the message last read stays valid.
+func ReleaseReadBuffer(t Transport) {
+	if r, ok := t.(interface{ ReleaseReadBuffer() }); ok {
+		r.ReleaseReadBuffer()
+	}
 }
 
 // TransportProgress returns the bytes t has handed to the operating system

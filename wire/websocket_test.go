@@ -121,7 +121,8 @@ func TestWebsocketCloseWithIsBounded(t *testing.T) {
 	}
 }
 
-// A buffer grown for a large message is not kept once the next one is read.
+// A buffer grown for a large message is dropped when the reader releases
+// it, and the message stays valid; without a release it is reused.
 func TestWebsocketReleasesLargeReadBuffer(t *testing.T) {
 	url, got := acceptServer(t)
 	c := dialClient(t, url)
@@ -145,14 +146,21 @@ func TestWebsocketReleasesLargeReadBuffer(t *testing.T) {
 	if err != nil || len(m) != len(large) {
 		t.Fatalf("read %d bytes, %v", len(m), err)
 	}
+	ReleaseReadBuffer(tr)
+	if tr.buf != nil {
+		t.Errorf("the transport keeps a %d-byte read buffer after a release", cap(tr.buf))
+	}
+	if string(m[:3]) != "xxx" || len(m) != len(large) {
+		t.Error("the released message changed")
+	}
 	if m, err = tr.ReadMessage(ctx); err != nil || string(m) != `{"method":"small"}` {
 		t.Fatalf("read %q, %v", m, err)
 	}
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}
-	if cap(tr.buf) > keepReadBuf {
-		t.Errorf("the transport keeps a %d-byte read buffer after a small message", cap(tr.buf))
+	if cap(tr.buf) > LargeReadBytes {
+		t.Errorf("a %d-byte read buffer after a small message", cap(tr.buf))
 	}
 }
 
