@@ -25,7 +25,7 @@ type Budgets struct {
 	FDReserve    int
 	// MaxRetainedBytes bounds the output memory processes may hold:
 	// each charges its retention plus its read-ahead (RetainedPerProcess)
-	// until its actor ends.
+	// while it runs, and its retention until its actor ends.
 	MaxRetainedBytes int64
 	// MaxOutboundBytes bounds the outbound queues server-wide: each
 	// connection charges its OutboundQueueBytes while it is open.
@@ -53,12 +53,19 @@ const (
 // while a greedy session is refused.
 const FirstStarts = 2
 
-// RetainedPerProcess is what one process charges to the retained-output
-// budget: its retention plus the output its readers may hold ahead of it
-// (the facts queue and one read per stream).
+// RetainedPerProcess is what one running process charges to the
+// retained-output budget: its retention plus the output its readers may
+// hold ahead of it (the facts queue and one read per stream). Once it is
+// closed it holds only its retention (readAhead returns).
 func RetainedPerProcess(cfg ProcConfig) int64 {
+	return int64(cfg.RetainBytes) + readAhead(cfg)
+}
+
+// readAhead is the output a running process's readers may hold beyond its
+// retention: the facts queue and one read per stream.
+func readAhead(cfg ProcConfig) int64 {
 	read := min(maxReadChunk, max(cfg.RetainBytes, 1))
-	return int64(cfg.RetainBytes) + int64(factsCap+2)*int64(read)
+	return int64(factsCap+2) * int64(read)
 }
 
 // BudgetError is a refusal by a budget: it names the limit, its value and
@@ -87,10 +94,13 @@ func (e *BudgetError) Is(target error) bool { return target == ErrBudget }
 // budgetMailboxCap bounds requests to the budget actor; senders block (with ctx).
 const budgetMailboxCap = 64
 
-// charge is what one acquisition holds.
+// charge is what one acquisition holds. A process's readAhead is part of
+// retained while it runs and returns when it closes; the rest of retained
+// returns when its actor ends.
 type charge struct {
 	conns, procs, fds int
 	retained          int64
+	readAhead         int64
 	outbound          int64
 }
 
@@ -201,15 +211,16 @@ func (b *budgets) sweep() {
 	b.sinceSweep = 0
 	kept := b.bound[:0]
 	for _, p := range b.bound {
+		closing := charge{procs: p.c.procs, fds: p.c.fds, retained: p.c.readAhead}
 		if !p.closed && isClosed(p.ref.Closed()) {
 			p.closed = true
-			b.add(charge{procs: p.c.procs, fds: p.c.fds}, -1)
+			b.add(closing, -1)
 		}
 		if !p.ref.Alive() {
 			if !p.closed {
-				b.add(charge{procs: p.c.procs, fds: p.c.fds}, -1)
+				b.add(closing, -1)
 			}
-			b.add(charge{retained: p.c.retained}, -1)
+			b.add(charge{retained: p.c.retained - p.c.readAhead}, -1)
 			continue
 		}
 		kept = append(kept, p)
@@ -269,7 +280,8 @@ func (b *budgets) check(want charge, privileged bool) *BudgetError {
 		res := reserved(l.MaxRetainedBytes, want.retained)
 		if b.used.retained+want.retained > l.MaxRetainedBytes-res {
 			return &BudgetError{Limit: "retained output memory", Value: FormatBytes(l.MaxRetainedBytes), Flag: "--max-retained-bytes",
-				Detail: fmt.Sprintf("%d processes hold up to %s of output each%s", len(b.bound), FormatBytes(want.retained), reserveNote(res, "bytes"))}
+				Detail: fmt.Sprintf("%s is held by %d processes (up to %s each while running, its retention once closed)%s",
+					FormatBytes(b.used.retained), len(b.bound), FormatBytes(want.retained), reserveNote(res, "bytes"))}
 		}
 	}
 	return nil
@@ -345,7 +357,7 @@ func (s *Supervisor) BudgetUsage(ctx context.Context) (BudgetUsage, error) {
 
 // processCharge is what one process start charges.
 func (s *Supervisor) processCharge() charge {
-	return charge{procs: 1, fds: FDsPerProcess, retained: RetainedPerProcess(s.cfg.Proc)}
+	return charge{procs: 1, fds: FDsPerProcess, retained: RetainedPerProcess(s.cfg.Proc), readAhead: readAhead(s.cfg.Proc)}
 }
 
 // fdExhausted reports a spawn that failed for lack of descriptors (the

@@ -122,7 +122,7 @@ func (c Config) budgets(m Machine) actors.Budgets {
 		fdBudget = max(64, m.OpenFiles-m.OpenNow-fdOverhead) // unlimited: defaults still need a scale
 	}
 	b.FDReserve = pick(c.FDReserve, min(1024, max(32, fdBudget/16)))
-	b.MaxRetainedBytes = pick64(c.MaxRetainedBytes, m.MemoryBytes/4)
+	b.MaxRetainedBytes = pick64(c.MaxRetainedBytes, m.MemoryBytes/2)
 	b.OutboundQueueBytes = pick(c.OutboundQueueBytes, DefaultOutboundQueueBytes)
 	b.MaxOutboundBytes = pick64(c.MaxOutboundBytes, m.MemoryBytes/8)
 	perProc := actors.RetainedPerProcess(actors.ProcConfig{RetainBytes: c.RetainBytes})

@@ -108,12 +108,12 @@ func TestBackendEnvNames(t *testing.T) {
 func TestBudgetDefaults(t *testing.T) {
 	m := Machine{OpenFiles: 20000, OpenNow: 10, MemoryBytes: 24 << 30}
 	b := Config{RetainBytes: DefaultRetainBytes}.budgets(m)
-	if b.MaxOpenFiles != 20000-10-fdOverhead || b.FDReserve != 1024 || b.MaxRetainedBytes != 6<<30 || b.MaxOutboundBytes != 3<<30 ||
+	if b.MaxOpenFiles != 20000-10-fdOverhead || b.FDReserve != 1024 || b.MaxRetainedBytes != 12<<30 || b.MaxOutboundBytes != 3<<30 ||
 		b.OutboundQueueBytes != DefaultOutboundQueueBytes || b.SlowConsumerTimeout != DefaultSlowConsumerTimeout {
 		t.Errorf("defaults on a 24 GiB machine with 20000 descriptors: %+v", b)
 	}
 	// 5.5 MiB per process (1 MiB retained + 18 reads of 256 KiB): memory is the tighter bound here.
-	if want := int((6 << 30) / (11 << 19)); b.MaxProcesses != want {
+	if want := int((12 << 30) / (11 << 19)); b.MaxProcesses != want {
 		t.Errorf("MaxProcesses %d; want %d", b.MaxProcesses, want)
 	}
 	if b.MaxConnections != 3072 {

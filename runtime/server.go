@@ -79,8 +79,9 @@ type Config struct {
 	MaxOpenFiles int
 	FDReserve    int
 	// MaxRetainedBytes bounds the output processes may hold: each charges
-	// RetainBytes plus its read-ahead (18 reads of up to 256 KiB) until its
-	// retention ends (default: a quarter of memory).
+	// RetainBytes plus its read-ahead (18 reads of up to 256 KiB) while it
+	// runs, RetainBytes once closed until its retention ends (default: half
+	// of memory, a worst case: the read-ahead fills only behind a slow client).
 	MaxRetainedBytes int64
 	// MaxOutboundBytes bounds all connections' outbound queues; each
 	// connection charges OutboundQueueBytes (default 1 MiB) while open
