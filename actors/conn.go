@@ -202,56 +202,6 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 	return cause
 }
 
-func isReason(err error, r Reason) bool {
-	var ce *ConnError
-	return errors.As(err, &ce) && ce.Reason == r
-}
-
-// closeFor ends the transport as the cause says: a protocol violation with
-// a close frame 1002 and its reason, a shutdown with 1001, a slow consumer
-// with 1008 (its receive window is full, so the frame rarely arrives);
-// anything else at once.
-func closeFor(t wire.Transport, cause error) {
-	var ce *ConnError
-	if !errors.As(cause, &ce) {
-		t.Close()
-		return
-	}
-	switch ce.Reason {
-	case ReasonProtocol:
-		reason := "protocol violation"
-		if ce.Err != nil {
-			reason += ": " + ce.Err.Error()
-		}
-		_ = wire.CloseWithReason(t, wire.CloseProtocolError, reason)
-	case ReasonShutdown:
-		_ = wire.CloseWithReason(t, wire.CloseGoingAway, "server shutting down")
-	case ReasonSlowConsumer:
-		_ = wire.CloseWithReason(t, wire.ClosePolicy, "slow consumer: the outbound queue made no progress")
-	default:
-		t.Close()
-	}
-}
-
-// refuse tells a connection the budgets refused it why, then ends it.
-func refuse(ctx context.Context, t wire.Transport, err error) {
-	var be *BudgetError
-	if errors.As(err, &be) {
-		wctx, cancel := context.WithTimeout(ctx, closeWriteTimeout)
-		b := wire.AppendError(nil, wire.NullID, be.Wire())
-		if t.WriteMessage(wctx, b) == nil {
-			_ = t.Flush()
-		}
-		cancel()
-		_ = wire.CloseWithReason(t, wire.ClosePolicy, be.Error()) // (cut to a close frame's 123 bytes)
-		return
-	}
-	t.Close()
-}
-
-// closeWriteTimeout bounds the error written to a refused connection.
-const closeWriteTimeout = time.Second
-
 func (c *conn) latch(reason Reason, err error) {
 	c.fail(&ConnError{Reason: reason, Err: err})
 }
