@@ -117,7 +117,18 @@
 // streams, which are then closed by force, so closed follows promptly even
 // when a descendant that left the group holds them. Every deadline of the
 // actor comes from ProcConfig.Clock (tests drive a fake one).
-// Spawn failures are *SpawnError values carrying the OS error. Once Stop
+// Spawn failures are *SpawnError values carrying the OS error.
+//
+// Descriptors are released when they stop being needed, never by the
+// garbage collector: the child's os.Process handle (a pidfd since Go 1.23)
+// right after the start, the cgroup directory once the child was cloned
+// into it; a running process holds its output pipes (or PTY master), its
+// stdin pipe and the waiter's pidfd, which the waiter closes at the reap;
+// the transition to closed closes the outputs and, after queued writes,
+// stdin. A closed process retained for process/read holds none, so
+// terminating thousands of processes returns the server to its idle count
+// at once (tests: TestEndedProcessesReleaseDescriptors in actors and
+// cmd/runtimed). Once Stop
 // has returned, Spawn starts nothing (a child started meanwhile is killed
 // and reaped).
 //

@@ -106,7 +106,6 @@ func (e *SpawnError) Unwrap() error { return e.Err }
 
 type osSession struct {
 	group   *contain.Group // nil without a cgroup manager
-	proc    *os.Process
 	pid     int
 	tty     bool
 	outputs []*os.File // pipes: stdout, stderr; pty: the master
@@ -263,19 +262,26 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 		}
 	}
 	proc, serr := os.StartProcess(exe, argv, attr)
+	s.group.CloseFD() // the child is in its cgroup (or was not started)
 	if serr != nil {
 		if launch != nil {
 			launch.Abort()
 		}
 		return nil, &SpawnError{Argv0: spec.Argv[0], Err: errUnwrapPath(serr)}
 	}
-	s.proc, s.pid = proc, proc.Pid
+	s.pid = proc.Pid
 	if launch != nil {
 		if herr := launch.Started(); herr != nil {
-			_, _ = proc.Wait() // the helper exits at once; reap it
+			_, _ = proc.Wait() // the helper exits at once; reap it (and close its pidfd)
 			return nil, &SpawnError{Argv0: spec.Argv[0], Err: herr}
 		}
 	}
+	// os.Process holds a pidfd (Go 1.23+) until Wait or Release, else until
+	// the garbage collector finalizes it. The waiter reaps through a pidfd
+	// of its own (pidWaiter) or wait4, so the handle is released now: a
+	// running process holds only its pipes (or PTY master) and the
+	// waiter's pidfd, an ended one nothing.
+	_ = proc.Release()
 	return s, nil
 }
 
@@ -309,15 +315,23 @@ func (s *osSession) Wait() int {
 			return code
 		}
 	}
-	st, err := s.proc.Wait()
-	if err != nil {
-		return -1
+	// No pidfd (an old kernel, or none left): a blocking wait4, which
+	// holds a thread while the child runs.
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(s.pid, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1
+		}
+		break
 	}
-	ws, ok := st.Sys().(syscall.WaitStatus)
-	if ok && ws.Signaled() {
+	if ws.Signaled() {
 		return 128 + int(ws.Signal())
 	}
-	return st.ExitCode()
+	return ws.ExitStatus()
 }
 
 func (s *osSession) Write(p []byte) error {

@@ -119,6 +119,17 @@ func (g *Group) CgroupFD() int {
 	return int(g.fd.Fd())
 }
 
+// CloseFD closes the descriptor CgroupFD returned, once the child has been
+// cloned into the cgroup: the group holds no descriptor while its tree
+// runs (Kill, LimitHit, Empty and Release work by path). Safe to call more
+// than once, and on a nil Group.
+func (g *Group) CloseFD() {
+	if g != nil && g.fd != nil {
+		g.fd.Close()
+		g.fd = nil
+	}
+}
+
 // JoinFiles are the v1 cgroup.procs files the child must move itself into
 // before it runs anything (the sandbox helper does it).
 func (g *Group) JoinFiles() []string {
