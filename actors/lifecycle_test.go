@@ -120,8 +120,9 @@ func TestSlowSubscriberChunkBound(t *testing.T) {
 	for i := 0; i < 64 && p2.canConsume(); i++ {
 		p2.handleFact(outputReadMsg{stream: Stdout, data: big})
 	}
-	if first := p2.ring.FirstSeq(); first > p2.sub.cursor || p2.sub.pendingBytes > p2.ring.MaxBytes() {
-		t.Fatalf("byte bound: first retained seq %d, cursor %d, %d bytes pending", first, p2.sub.cursor, p2.sub.pendingBytes)
+	pending, _ := p2.ring.From(p2.sub.cursor)
+	if first := p2.ring.FirstSeq(); first > p2.sub.cursor || pending > p2.ring.MaxBytes() {
+		t.Fatalf("byte bound: first retained seq %d, cursor %d, %d bytes pending", first, p2.sub.cursor, pending)
 	}
 }
 

@@ -32,6 +32,11 @@ const (
 	// is numbered before it (when a descendant keeps the streams open, the
 	// exit is published when the hold ends and later output follows it).
 	exitHold = 25 * time.Millisecond
+	// backlogSentHold is how long the backlog after a resume stays unread
+	// once a process/read answer carried it without the client reading
+	// past it (see unreadFrom): time for that answer, up to a retention's
+	// worth, to reach the client, or for its connection to be seen lost.
+	backlogSentHold = 2 * time.Second
 )
 
 // EventKind is the kind of a process event.
@@ -148,6 +153,10 @@ type ProcConfig struct {
 	Clock Clock
 
 	metrics Metrics // set by NewSupervisor from Config.Metrics; never nil there
+	// resumeHold is how long the backlog after a resume stays unread for
+	// the client to catch up (set by NewSupervisor from Config.DetachTTL;
+	// 0: not held).
+	resumeHold time.Duration
 }
 
 // ProcessRef is a handle on a process actor. All methods may be called
@@ -386,6 +395,13 @@ type process struct {
 	sub         *subscription
 	listeners   []chan Event // lag-mode subscribers; run closes each when it lags or the stream ends
 	polls       []*pendingRead
+	// What the session's client has read (see unreadFrom).
+	acked        uint64    // the highest afterSeq of a process/read, at most nextSeq-1
+	detached     bool      // the subscriber's connection ended and none attached since
+	backlogFrom  uint64    // after a resume: the backlog's first unread seq (0: none)
+	backlogTo    uint64    // the first seq the resumed subscriber got live
+	backlogUntil time.Time // the backlog is unread until then at most
+	outputsCut   bool      // the streams were closed by force (a killed process's drain ended)
 
 	// Stdin (process_requests.go, process_io.go).
 	stdinClosed bool

@@ -247,6 +247,7 @@ func (p *process) forget(why reason) {
 	if p.forgetReason == reasonNone {
 		p.forgetReason = why
 	}
+	p.endBacklog("the process is being discarded")
 }
 
 // discardProcess: nobody will read the process any more (TTL expiry, the
@@ -391,11 +392,16 @@ func (p *process) onTimer(now time.Time) {
 			_ = p.kill(reasonTimeout, 0)
 		}
 	}
+	if p.backlogFrom != 0 && !now.Before(p.backlogUntil) {
+		p.endBacklog("its hold ended before the client read past it")
+	}
 	if !p.drainAt.IsZero() && !now.Before(p.drainAt) {
 		p.drainAt = time.Time{}
 		if p.phase == phaseDraining {
 			p.log.Debug("drain elapsed; closing the output streams")
 			p.sess.CloseOutputs()
+			p.outputsCut = true // what the readers still hold is taken, unread or not
+			p.endBacklog("the streams were closed by force")
 		}
 	}
 }
@@ -415,6 +421,9 @@ func (p *process) nextDeadline() time.Time {
 	consider(p.heldUntil)
 	consider(p.timeoutAt)
 	consider(p.drainAt)
+	if p.backlogFrom != 0 {
+		consider(p.backlogUntil)
+	}
 	if p.phase == phaseRetained {
 		consider(p.expireAt)
 	}
@@ -483,8 +492,7 @@ func (p *process) run(stop, kill <-chan struct{}) {
 		case outCh <- ev:
 			p.delivered(ev)
 		case <-subDone:
-			p.log.Debug("subscriber lost; output is retained for process/read")
-			p.dropSubscriber(reasonConnEnd) // the connection's latched cause is the detail
+			p.subscriberLost()
 		case stdinCh <- op:
 			p.stdinQueue[0] = stdinOp{}
 			p.stdinQueue = p.stdinQueue[1:]

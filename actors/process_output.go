@@ -16,9 +16,7 @@ import (
 // subscription is the attached subscriber and its cursor.
 type subscription struct {
 	Subscriber
-	cursor        uint64 // next seq to deliver
-	pendingBytes  int    // bytes of retained output with seq >= cursor
-	pendingChunks int
+	cursor uint64 // next seq to deliver
 }
 
 // pendingRead is a long poll waiting for output, exit or close newer than
@@ -40,10 +38,6 @@ func (p *process) handleFact(f fact) {
 			p.cfg.metrics.Evicted(n, before+len(f.data)-p.ring.Bytes())
 		}
 		p.cfg.metrics.OutputBytes(f.stream, len(f.data))
-		if p.sub != nil {
-			p.sub.pendingBytes += len(f.data)
-			p.sub.pendingChunks++
-		}
 		p.publish(Event{ProcessID: p.id, Kind: EventOutput, Seq: seq, Stream: f.stream, Data: f.data})
 		p.wakePolls()
 	case streamEndedMsg:
@@ -58,23 +52,121 @@ func (p *process) handleFact(f fact) {
 	}
 }
 
-// canConsume reports whether the actor may take more output: always when no
-// subscriber is attached (old output is evicted), and otherwise only while
-// the next read cannot make retention evict something the subscriber has
-// not been given.
+// Unread output. Output with seq >= unreadFrom() is unread: retention
+// never evicts it, so while it fills retention the actor takes no more
+// output (its readers block, the pipe or PTY fills, the child blocks on
+// write). A seq counts as read once it was
+//
+//   - handed to the attached connection as a notification (the
+//     subscriber's cursor passed it): "sent" is "read" while the
+//     connection lives, as before;
+//   - acknowledged: a process/read with afterSeq >= seq says the client
+//     has it (or wants nothing up to it).
+//
+// When the connection is lost, what it was handed but never acknowledged
+// is unread again, since a dropped connection may have lost it in flight:
+// while detached, everything after acked is unread (and retention holds
+// whatever of it is still retained at the drop). After a resume the new
+// connection gets live events from the next seq; the backlog from acked+1
+// up to that seq stays unread until process/read acknowledges past it,
+// for backlogSentHold after a process/read answer carried it (the client
+// that caught up in one read and reads no more), and for resumeHold (the
+// detach TTL) at most; after that a client that did not catch up loses
+// it to eviction (logged, counted in the evictions metric, a gap in
+// process/read).
+//
+// Nothing is protected for a process nobody can read any more (discarded,
+// shutting down) or whose streams were closed by force (the drain of a
+// killed process ended: the kill path's bound wins), nor for one that never
+// had a connection (Local's lag-mode listeners read at full speed and
+// resubscribe when they lag).
+
+// unreadFrom returns the lowest unread seq, and false when no output is
+// protected from eviction.
+func (p *process) unreadFrom() (uint64, bool) {
+	switch {
+	case p.sub != nil:
+		from := p.sub.cursor
+		if p.backlogFrom != 0 && p.backlogFrom < from {
+			from = p.backlogFrom
+		}
+		return from, true
+	case p.detached && p.forgetReason == reasonNone && !p.outputsCut:
+		return p.acked + 1, true
+	}
+	return 0, false
+}
+
+// canConsume reports whether the actor may take more output: only while
+// the next read cannot make retention evict unread output.
 func (p *process) canConsume() bool {
-	if p.sub == nil {
+	from, ok := p.unreadFrom()
+	if !ok {
 		return true
 	}
-	return p.sub.pendingBytes+p.readSize <= p.ring.MaxBytes() && p.sub.pendingChunks+1 <= p.ring.MaxChunks()
+	bytes, chunks := p.ring.From(from)
+	return bytes+p.readSize <= p.ring.MaxBytes() && chunks+1 <= p.ring.MaxChunks()
 }
 
 // attach makes sub the subscriber from the next unassigned seq (a
-// replaced subscriber is given nothing more).
+// replaced subscriber is given nothing more). It is a resume: the output
+// after acked that the lost connection was handed, or that was retained
+// while detached, is the backlog the client catches up on with
+// process/read; it stays unread for at most resumeHold.
 func (p *process) attach(sub Subscriber) uint64 {
 	p.sub = &subscription{Subscriber: sub, cursor: p.nextSeq}
 	p.dropped = reasonNone
+	p.detached = false
+	p.backlogFrom = 0
+	if p.acked+1 < p.nextSeq && p.cfg.resumeHold > 0 && p.forgetReason == reasonNone && !p.outputsCut {
+		p.backlogFrom, p.backlogTo = p.acked+1, p.nextSeq
+		p.backlogUntil = p.clock.Now().Add(p.cfg.resumeHold)
+	}
 	return p.nextSeq
+}
+
+// subscriberLost: the attached connection ended. Its session is detached
+// (or about to be discarded): the output it was not known to have read
+// stays until a resume reads it or the session ends.
+func (p *process) subscriberLost() {
+	p.log.Debug("subscriber lost; unread output is retained for process/read", zap.Uint64("acked", p.acked))
+	p.dropSubscriber(reasonConnEnd) // the connection's latched cause is the detail
+	p.detached = true
+	p.backlogFrom = 0 // unread again from acked+1, which covers it
+}
+
+// acknowledge: a process/read with afterSeq after says the client has
+// every seq up to it.
+func (p *process) acknowledge(after uint64) {
+	after = min(after, p.nextSeq-1)
+	if after > p.acked {
+		p.acked = after
+	}
+	p.backlogRead(p.acked + 1)
+}
+
+// backlogRead: the resumed client has read the backlog up to (not
+// including) seq to; once it reached the live part, the backlog is gone.
+func (p *process) backlogRead(to uint64) {
+	if p.backlogFrom == 0 {
+		return
+	}
+	p.backlogFrom = max(p.backlogFrom, to)
+	if p.backlogFrom >= p.backlogTo {
+		p.backlogFrom = 0
+	}
+}
+
+// endBacklog stops protecting a backlog the client did not read: after
+// resumeHold, when the streams were closed by force, or when nobody will
+// read the process any more.
+func (p *process) endBacklog(why string) {
+	if p.backlogFrom == 0 {
+		return
+	}
+	p.log.Info("backlog after resume no longer held: unread output may be evicted",
+		zap.String("why", why), zap.Uint64("from_seq", p.backlogFrom), zap.Uint64("live_from_seq", p.backlogTo))
+	p.backlogFrom = 0
 }
 
 // endingDelivered reports whether the subscriber, if any, has been handed
@@ -122,10 +214,6 @@ func (p *process) eventAt(seq uint64) (Event, bool) {
 // delivered: the subscriber took ev.
 func (p *process) delivered(ev Event) {
 	p.sub.cursor = ev.Seq + 1
-	if ev.Kind == EventOutput {
-		p.sub.pendingBytes -= len(ev.Data)
-		p.sub.pendingChunks--
-	}
 }
 
 // publish offers ev to every lag-mode listener without blocking; a full
@@ -198,8 +286,9 @@ func (p *process) historyAfter(after uint64) []Event {
 // read answers a read at once, or queues it as a long poll when wait > 0
 // and nothing newer than after exists yet.
 func (p *process) read(m readMsg) {
+	p.acknowledge(m.after)
 	if m.wait <= 0 || p.readReady(m.after) {
-		m.reply <- p.readNow(m.after, m.maxBytes)
+		p.answerRead(m.after, m.maxBytes, m.reply)
 		return
 	}
 	p.polls = append(p.polls, &pendingRead{after: m.after, maxBytes: m.maxBytes, deadline: p.clock.Now().Add(m.wait), reply: m.reply})
@@ -207,6 +296,22 @@ func (p *process) read(m readMsg) {
 
 func (p *process) readReady(after uint64) bool {
 	return p.ring.index(after) < len(p.ring.chunks) || p.closed() || (p.exited() && p.exitSeq > after)
+}
+
+// answerRead answers a read. An answer that carries the backlog after a
+// resume (from its first unread seq on) does not make it read: a
+// connection dropped while that answer is in flight leaves the client
+// reading from the same seq again. It shortens the hold to backlogSentHold:
+// a client that took the answer and never reads again (its notifications
+// carry the rest) holds its process back that long at most.
+func (p *process) answerRead(after uint64, maxBytes int, reply chan<- ReadReply) {
+	r := p.readNow(after, maxBytes)
+	if p.backlogFrom != 0 && after < p.backlogFrom && len(r.Chunks) > 0 {
+		if until := p.clock.Now().Add(backlogSentHold); until.Before(p.backlogUntil) {
+			p.backlogUntil = until
+		}
+	}
+	reply <- r
 }
 
 func (p *process) readNow(after uint64, maxBytes int) ReadReply {
@@ -236,7 +341,7 @@ func (p *process) answerPolls(due func(*pendingRead) bool) {
 	kept := p.polls[:0]
 	for _, pr := range p.polls {
 		if due(pr) {
-			pr.reply <- p.readNow(pr.after, pr.maxBytes)
+			p.answerRead(pr.after, pr.maxBytes, pr.reply)
 			continue
 		}
 		kept = append(kept, pr)

@@ -43,8 +43,10 @@ type Ring struct {
 	maxBytes  int
 	maxChunks int
 	chunks    []OutputChunk // retained chunks are chunks[head:]
+	ends      []int64       // ends[i]: bytes ever appended up to and including chunks[i]
 	head      int
 	bytes     int
+	total     int64 // bytes ever appended
 }
 
 // NewRing returns a ring bounded by maxBytes and maxChunks (both > 0).
@@ -61,6 +63,8 @@ func NewRing(maxBytes, maxChunks int) *Ring {
 // Append retains c and returns how many chunks were evicted.
 func (r *Ring) Append(c OutputChunk) (evicted int) {
 	r.chunks = append(r.chunks, c)
+	r.total += int64(len(c.Data))
+	r.ends = append(r.ends, r.total)
 	r.bytes += len(c.Data)
 	for r.Len() > 0 && (r.bytes > r.maxBytes || r.Len() > r.maxChunks) {
 		r.bytes -= len(r.chunks[r.head].Data)
@@ -70,8 +74,10 @@ func (r *Ring) Append(c OutputChunk) (evicted int) {
 	}
 	if r.head > 64 && r.head*2 > len(r.chunks) {
 		n := copy(r.chunks, r.chunks[r.head:])
+		copy(r.ends, r.ends[r.head:])
 		clear(r.chunks[n:])
 		r.chunks = r.chunks[:n]
+		r.ends = r.ends[:n]
 		r.head = 0
 	}
 	return evicted
@@ -95,6 +101,16 @@ func (r *Ring) FirstSeq() uint64 {
 		return 0
 	}
 	return r.chunks[r.head].Seq
+}
+
+// From returns the bytes and the number of the retained chunks with Seq >=
+// from, in O(log n).
+func (r *Ring) From(from uint64) (bytes, chunks int) {
+	i := r.index(max(from, 1) - 1)
+	if i >= len(r.chunks) {
+		return 0, 0
+	}
+	return int(r.total - r.ends[i] + int64(len(r.chunks[i].Data))), len(r.chunks) - i
 }
 
 // index returns the position of the first retained chunk with Seq > after.

@@ -86,6 +86,7 @@ func NewSupervisor(cfg Config) *Supervisor {
 	}
 	cfg.Metrics = metricsOrNop(cfg.Metrics)
 	cfg.Proc.metrics = cfg.Metrics
+	cfg.Proc.resumeHold = cfg.DetachTTL
 	s := &Supervisor{
 		cfg:     cfg,
 		log:     cfg.Logger,

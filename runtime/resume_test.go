@@ -1,0 +1,155 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/runtimed/runtimed/wire"
+)
+
+// seqStream is what `seq 1 n` writes.
+func seqStream(n int) []byte {
+	var b []byte
+	for i := 1; i <= n; i++ {
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, '\n')
+	}
+	return b
+}
+
+// resumedConn is a cuttable connection that counts what the client
+// receives (on every connection of the test, in recv) and cuts itself,
+// abruptly, each time that crosses the next of the test's marks, once its
+// handshake succeeded (it carries the session).
+type resumedConn struct {
+	*cuttable
+	recv *cutPlan
+	live atomic.Bool
+}
+
+// cutPlan: a cut every `every` bytes received, `cuts` times.
+type cutPlan struct {
+	every, cuts int64
+	recv, done  atomic.Int64
+}
+
+func (r *resumedConn) ReadMessage(ctx context.Context) ([]byte, error) {
+	msg, err := r.cuttable.ReadMessage(ctx)
+	if err != nil {
+		return msg, err
+	}
+	if !r.live.Load() {
+		if bytes.Contains(msg, []byte(`"result":{"sessionId"`)) {
+			r.live.Store(true)
+		}
+		return msg, err
+	}
+	if !bytes.Contains(msg[:min(len(msg), 64)], []byte(`"process/output"`)) {
+		return msg, err // cuts fall among notifications, spread over the stream
+	}
+	n := r.recv.recv.Add(int64(len(msg)))
+	if d := r.recv.done.Load(); d < r.recv.cuts && n >= (d+1)*r.recv.every && r.recv.done.CompareAndSwap(d, d+1) {
+		r.cut()
+		return nil, errors.New("connection reset (test)")
+	}
+	return msg, err
+}
+
+// Issue 14, lossless resume: a fast producer (`seq`, about 20 MB, written as
+// fast as the server takes it) under a client whose connection is cut
+// abruptly ten times mid-stream. While the session is detached the process
+// stops being read once its retention holds nothing but unread output (the
+// child blocks on the pipe) instead of evicting it; after each resume the
+// client catches up with process/read from its last seq. The stream that
+// arrives is the child's, byte for byte: no gap (an EventGap would say
+// so), no duplicate (seqs are consecutive), same sha256.
+func TestResumeUnderFastProducerIsLossless(t *testing.T) {
+	const lines = 2_800_000 // 20.1 MB
+	const cuts = 10
+	want := seqStream(lines)
+	// A catch-up read hands the client up to a retention's worth of events
+	// at once; with the default listener queue (256 events) this listener
+	// would lag and resubscribe from the server, which has by then evicted
+	// what it sent (the client's own limit, reported as EventGap, not the
+	// server's). The test is about the server: a queue that takes a whole
+	// catch-up.
+	defer func(old int) { liveQueueCap = old }(liveQueueCap)
+	liveQueueCap = 1 << 16
+	// Retention larger than what a dropped connection can have in flight
+	// (its outbound queue and the socket buffers), smaller than what the
+	// child writes while detached, so only the detached rule keeps it.
+	ws := startWSServer(t, Config{RetainBytes: 8 << 20})
+	// The client receives about 29 MB of notifications (base64 in JSON),
+	// less what catch-up reads carry.
+	plan := &cutPlan{every: 2 << 20, cuts: cuts}
+	var dials atomic.Int64
+	opts := &ClientOptions{
+		Reconnect: true,
+		DialTransport: func(ctx context.Context) (wire.Transport, error) {
+			if dials.Add(1) > 1 {
+				// Reconnect within 100 ms: long enough for the child to
+				// write more than retention holds while detached.
+				time.Sleep(80 * time.Millisecond)
+			}
+			tr, err := wire.DialWebsocket(ctx, ws.url, nil, 0)
+			if err != nil {
+				return nil, err
+			}
+			return &resumedConn{cuttable: &cuttable{Transport: tr}, recv: plan}, nil
+		},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := Dial(ctx, ws.url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	p, err := c.Start(ctx, Spec{Argv: []string{"seq", "1", strconv.Itoa(lines)}, Dir: t.TempDir(), Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 0, len(want))
+	var seq uint64
+	for {
+		ev, err := s.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d of %d bytes: %v", len(got), len(want), err)
+		}
+		switch ev.Kind {
+		case EventFailed, EventGap:
+			t.Fatalf("%v after %d of %d bytes and %d cuts: %+v", ev.Kind, len(got), len(want), plan.done.Load(), ev)
+		case EventLagged:
+			continue
+		}
+		if ev.Seq != seq+1 {
+			t.Fatalf("seq %d after %d", ev.Seq, seq)
+		}
+		seq = ev.Seq
+		got = append(got, ev.Data...)
+	}
+	done := plan.done.Load()
+	if len(got) != len(want) || sha256.Sum256(got) != sha256.Sum256(want) {
+		t.Fatalf("after %d resumes: %d bytes (sha256 %x), want %d (sha256 %x)", done, len(got), sha256.Sum256(got), len(want), sha256.Sum256(want))
+	}
+	if done != cuts || dials.Load() < cuts+1 {
+		t.Fatalf("%d cuts, %d dials; want %d cuts mid-stream, each followed by a reconnect", done, dials.Load(), cuts)
+	}
+	if st, err := p.Wait(ctx); err != nil || st.Code != 0 {
+		t.Fatalf("wait: %+v %v", st, err)
+	}
+}
