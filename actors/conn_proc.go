@@ -138,7 +138,14 @@ func (c *conn) write(msg wire.Message) {
 		}
 		return
 	}
+	large := len(p.Chunk) >= LargeMessageBytes
 	c.deferred(msg.ID, func() {
+		if large {
+			// Its buffers are garbage once it is answered: poke the
+			// reclaimer again then (the poke on arrival may have run out
+			// while the write was still in progress).
+			defer c.sup.largeMessage()
+		}
 		select {
 		case r := <-ch:
 			if r.Err != nil {
