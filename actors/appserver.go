@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -94,17 +92,23 @@ func (c *conn) spawnApp(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrDuplicateHandle(p.ProcessHandle))
 		return
 	}
-	if max := c.sup.cfg.MaxProcesses; max > 0 {
-		n := 0
-		for h := range c.apps {
-			if _, ok := c.appLookup(h); ok {
-				n++
-			}
+	active := 0
+	for h := range c.apps {
+		if _, ok := c.appLookup(h); ok {
+			active++
 		}
-		if n >= max {
-			c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
-			return
-		}
+	}
+	if max := c.sup.cfg.MaxProcesses; max > 0 && active >= max {
+		c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
+		return
+	}
+	names := make(map[string]string, len(p.Env))
+	for k := range p.Env {
+		names[k] = ""
+	}
+	if e := checkEnvNames("env", names); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
 	}
 	// The environment is the server's own, with env laid over it; null unsets.
 	set := map[string]string{}
@@ -136,9 +140,10 @@ func (c *conn) spawnApp(msg wire.Message) {
 		cap:         capBytes,
 	}
 	// Internal ids keep the dialect's handles apart from process/start ids.
-	ref, err := c.sup.Spawn("app:"+p.ProcessHandle, spec, &Subscriber{Out: a.events, Done: c.ctx.Done()})
+	c.outbound()
+	ref, err := c.sup.SpawnCharged("app:"+p.ProcessHandle, spec, &Subscriber{Out: a.events, Done: c.ctx.Done()}, active)
 	if err != nil {
-		c.reply(msg.ID, nil, wire.Errorf(spawnErrorCode(err), "%s", err.Error()))
+		c.reply(msg.ID, nil, SpawnWireError(err))
 		return
 	}
 	a.ref = ref
@@ -210,19 +215,6 @@ func (a *appProc) output(c *conn, ev Event) {
 		return
 	}
 	s.buf = append(s.buf, data...)
-}
-
-// notify queues a notification for the writer.
-func (c *conn) notify(method string, params any) {
-	b, err := wire.AppendNotification(nil, method, params)
-	if err != nil {
-		c.log.Error("encoding notification", zap.String("method", method), zap.Error(err))
-		return
-	}
-	select {
-	case c.responses <- b:
-	case <-c.ctx.Done():
-	}
 }
 
 func (c *conn) writeStdinApp(msg wire.Message) {

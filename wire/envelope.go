@@ -14,6 +14,10 @@ type ID []byte
 // MalformedID is the id of the answer to a message that could not be parsed.
 var MalformedID = ID("-1")
 
+// NullID is the id of the answer to a request whose id is null (JSON-RPC
+// 2.0: the id could not be determined).
+var NullID = ID("null")
+
 // IntID returns the ID of an integer.
 func IntID(n int64) ID { return ID(strconv.AppendInt(nil, n, 10)) }
 
@@ -55,18 +59,24 @@ type rawEnvelope struct {
 var null = []byte("null")
 
 // Decode parses one inbound message. A message that is not valid JSON or
-// not a valid envelope yields an error from [ErrMalformed]; the caller
-// answers it with [MalformedID] and keeps the connection open.
+// not a valid envelope yields an error from [ErrMalformed] and a Message
+// whose ID is the id to answer it with: [NullID] for a request whose id is
+// null, [MalformedID] otherwise. The caller answers and keeps the
+// connection open. An id is accepted only if it can be echoed byte for
+// byte: an integer (int64) or a string that is valid UTF-8.
 func Decode(data []byte) (Message, *Error) {
 	var env rawEnvelope
 	if err := json.Unmarshal(data, &env); err != nil {
-		return Message{}, ErrMalformed(err.Error())
+		return Message{ID: MalformedID}, ErrMalformed(err.Error())
 	}
 	var m Message
 	id := bytes.TrimSpace(env.ID)
+	if env.ID != nil && bytes.Equal(id, null) && env.Method != nil {
+		return Message{ID: NullID}, ErrMalformed("id must be an integer or a string, not null")
+	}
 	if len(id) > 0 && !bytes.Equal(id, null) {
-		if !validID(id) {
-			return Message{}, ErrMalformed("id must be an integer or a string")
+		if e := checkID(id); e != nil {
+			return Message{ID: MalformedID}, e
 		}
 		m.ID = ID(id)
 	}
@@ -81,22 +91,33 @@ func Decode(data []byte) (Message, *Error) {
 	case m.ID != nil && (env.Result != nil || env.Error != nil):
 		m.Kind, m.Result, m.Error = KindResponse, env.Result, env.Error
 	default:
-		return Message{}, ErrMalformed("expected a request, a notification or a response")
+		return Message{ID: MalformedID}, ErrMalformed("expected a request, a notification or a response")
 	}
 	if m.Method == "" && m.Kind != KindResponse {
-		return Message{}, ErrMalformed("method must not be empty")
+		return Message{ID: MalformedID}, ErrMalformed("method must not be empty")
 	}
 	return m, nil
 }
 
-func validID(id []byte) bool {
+// checkID accepts what can be echoed byte for byte into a valid response:
+// an integer that fits int64, or a JSON string that is valid UTF-8 (a
+// string with invalid UTF-8 would reach the client altered).
+func checkID(id []byte) *Error {
 	switch id[0] {
 	case '"':
 		var s string
-		return json.Unmarshal(id, &s) == nil
+		if json.Unmarshal(id, &s) != nil {
+			return ErrMalformed("id must be an integer or a string")
+		}
+		if !utf8.Valid(id) {
+			return ErrMalformed("id must be valid UTF-8")
+		}
+		return nil
 	default:
-		_, err := strconv.ParseInt(string(id), 10, 64)
-		return err == nil
+		if _, err := strconv.ParseInt(string(id), 10, 64); err != nil {
+			return ErrMalformed("id must be an integer or a string")
+		}
+		return nil
 	}
 }
 

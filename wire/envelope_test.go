@@ -20,7 +20,6 @@ func TestDecodeKinds(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":"abc","method":"m"}`, KindRequest, `"abc"`, "m", ``},
 		{`{"id":"a\"b","method":"m","params":null}`, KindRequest, `"a\"b"`, "m", ``},
 		{`{"method":"initialized"}`, KindNotification, ``, "initialized", ``},
-		{`{"id":null,"method":"n","params":[1]}`, KindNotification, ``, "n", `[1]`},
 		{`{"id":7,"result":{}}`, KindResponse, `7`, "", ``},
 		{`{"id":7,"error":{"code":1,"message":"x"}}`, KindResponse, `7`, "", ``},
 		{`{"id":-3,"method":"m","extra":true}`, KindRequest, `-3`, "m", ``},
@@ -48,6 +47,41 @@ func TestDecodeMalformed(t *testing.T) {
 		}
 		if err.Code != CodeInvalidRequest || !strings.HasPrefix(err.Message, "invalid JSON-RPC message") {
 			t.Errorf("Decode(%q) = %d %q", in, err.Code, err.Message)
+		}
+	}
+}
+
+// Each bad id is refused with the id to answer it with: null for a null
+// id (JSON-RPC 2.0), -1 for an id that cannot be echoed byte for byte.
+func TestDecodeRefusedIDs(t *testing.T) {
+	cases := []struct {
+		in      string
+		replyID ID
+		detail  string
+	}{
+		{`{"id":null,"method":"environment/status"}`, NullID, "not null"},
+		{`{"id":null,"method":"initialized","params":{}}`, NullID, "not null"},
+		{` {"id" : null , "method":"n","params":[1]}`, NullID, "not null"},
+		{"{\"id\":\"\xff\xfe\",\"method\":\"m\"}", MalformedID, "valid UTF-8"},
+		{"{\"id\":\"ok\xc3\",\"method\":\"m\"}", MalformedID, "valid UTF-8"},
+		{`{"id":1e3,"method":"m"}`, MalformedID, "integer or a string"},
+		{`{"id":9223372036854775808,"method":"m"}`, MalformedID, "integer or a string"},
+	}
+	for _, c := range cases {
+		m, err := Decode([]byte(c.in))
+		if err == nil {
+			t.Errorf("Decode(%q) succeeded: %+v", c.in, m)
+			continue
+		}
+		if err.Code != CodeInvalidRequest || !strings.Contains(err.Message, c.detail) || string(m.ID) != string(c.replyID) {
+			t.Errorf("Decode(%q) = id %s, %d %q; want id %s and a -32600 saying %q", c.in, m.ID, err.Code, err.Message, c.replyID, c.detail)
+		}
+	}
+	// Escapes are not invalid UTF-8: they are echoed as sent.
+	for _, in := range []string{`{"id":"\ud800","method":"m"}`, `{"id":"\u00e9t\u00e9","method":"m"}`, "{\"id\":\"été\",\"method\":\"m\"}"} {
+		m, err := Decode([]byte(in))
+		if err != nil || !strings.Contains(in, string(m.ID)) {
+			t.Errorf("Decode(%q) = id %s, %v; want the id as sent", in, m.ID, err)
 		}
 	}
 }
