@@ -36,7 +36,7 @@ const (
 	// once a process/read answer carried it without the client reading
 	// past it (see unreadFrom): time for that answer, up to a retention's
 	// worth, to reach the client, or for its connection to be seen lost.
-	backlogSentHold = 2 * time.Second
+	backlogSentHold = 10 * time.Second
 )
 
 // EventKind is the kind of a process event.

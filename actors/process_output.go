@@ -98,14 +98,23 @@ func (p *process) unreadFrom() (uint64, bool) {
 }
 
 // canConsume reports whether the actor may take more output: only while
-// the next read cannot make retention evict unread output.
+// the next read cannot make retention evict unread output. While the
+// connection lives and no backlog is held, the output not yet handed to it
+// may fill only half of retention: the other half keeps the newest output
+// it was handed, which is what a drop may lose in flight (its outbound
+// queue and socket buffers) and a resume reads again.
 func (p *process) canConsume() bool {
 	from, ok := p.unreadFrom()
 	if !ok {
 		return true
 	}
 	bytes, chunks := p.ring.From(from)
-	return bytes+p.readSize <= p.ring.MaxBytes() && chunks+1 <= p.ring.MaxChunks()
+	maxBytes, maxChunks := p.ring.MaxBytes(), p.ring.MaxChunks()
+	if p.sub != nil && from == p.sub.cursor {
+		maxBytes -= min(maxBytes/2, maxBytes-p.readSize) // at least one read
+		maxChunks -= min(maxChunks/2, maxChunks-1)
+	}
+	return bytes+p.readSize <= maxBytes && chunks+1 <= maxChunks
 }
 
 // attach makes sub the subscriber from the next unassigned seq (a

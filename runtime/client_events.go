@@ -278,6 +278,14 @@ func (st *clientState) resume() {
 				return
 			}
 			c.toActor(catchUpMsg{id: id, res: res})
+			// Acknowledge the catch-up: a read from the last seq it carried
+			// tells the server the backlog arrived, so it stops holding the
+			// process back for it (PROTOCOL.md §3). What this read returns
+			// is past the catch-up, where notifications carry it: dropped.
+			if res.NextSeq > after+1 && !res.Closed {
+				one := uint64(1)
+				_ = c.call(ctx, wire.MethodProcessRead, wire.ReadParams{ProcessID: id, AfterSeq: res.NextSeq - 1, MaxBytes: &one}, nil)
+			}
 		})
 	}
 }

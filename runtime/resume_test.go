@@ -24,20 +24,20 @@ func seqStream(n int) []byte {
 	return b
 }
 
-// resumedConn is a cuttable connection that counts what the client
-// receives (on every connection of the test, in recv) and cuts itself,
-// abruptly, each time that crosses the next of the test's marks, once its
-// handshake succeeded (it carries the session).
+// resumedConn is a cuttable connection that cuts itself, abruptly, once
+// it has received `every` bytes of notifications after its handshake
+// succeeded (it carries the session), `cuts` times in all (plan.done
+// counts them): every cut falls mid-stream, among notifications.
 type resumedConn struct {
 	*cuttable
-	recv *cutPlan
-	live atomic.Bool
+	plan *cutPlan
+	live bool  // owned by the client's reader goroutine
+	recv int64 // likewise
 }
 
-// cutPlan: a cut every `every` bytes received, `cuts` times.
 type cutPlan struct {
 	every, cuts int64
-	recv, done  atomic.Int64
+	done        atomic.Int64
 }
 
 func (r *resumedConn) ReadMessage(ctx context.Context) ([]byte, error) {
@@ -45,17 +45,15 @@ func (r *resumedConn) ReadMessage(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return msg, err
 	}
-	if !r.live.Load() {
-		if bytes.Contains(msg, []byte(`"result":{"sessionId"`)) {
-			r.live.Store(true)
-		}
+	if !r.live {
+		r.live = bytes.Contains(msg, []byte(`"result":{"sessionId"`))
 		return msg, err
 	}
 	if !bytes.Contains(msg[:min(len(msg), 64)], []byte(`"process/output"`)) {
-		return msg, err // cuts fall among notifications, spread over the stream
+		return msg, err
 	}
-	n := r.recv.recv.Add(int64(len(msg)))
-	if d := r.recv.done.Load(); d < r.recv.cuts && n >= (d+1)*r.recv.every && r.recv.done.CompareAndSwap(d, d+1) {
+	r.recv += int64(len(msg))
+	if d := r.plan.done.Load(); d < r.plan.cuts && r.recv >= r.plan.every && r.plan.done.CompareAndSwap(d, d+1) {
 		r.cut()
 		return nil, errors.New("connection reset (test)")
 	}
@@ -71,8 +69,8 @@ func (r *resumedConn) ReadMessage(ctx context.Context) ([]byte, error) {
 // arrives is the child's, byte for byte: no gap (an EventGap would say
 // so), no duplicate (seqs are consecutive), same sha256.
 func TestResumeUnderFastProducerIsLossless(t *testing.T) {
-	const lines = 2_800_000 // 20.1 MB
-	const cuts = 10
+	const lines = 6_400_000 // 50.9 MB
+	const cuts = 5
 	want := seqStream(lines)
 	// A catch-up read hands the client up to a retention's worth of events
 	// at once; with the default listener queue (256 events) this listener
@@ -83,26 +81,27 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 	defer func(old int) { liveQueueCap = old }(liveQueueCap)
 	liveQueueCap = 1 << 16
 	// Retention larger than what a dropped connection can have in flight
-	// (its outbound queue and the socket buffers), smaller than what the
-	// child writes while detached, so only the detached rule keeps it.
+	// (its outbound queue, up to 1 MiB, and the socket buffers, which TCP
+	// grows to several MiB on loopback: output handed to a connection is
+	// read, unless a client acknowledges, see PROTOCOL.md), smaller than
+	// what the child writes while detached, so only the detached rule
+	// keeps that.
 	ws := startWSServer(t, Config{RetainBytes: 8 << 20})
-	// The client receives about 29 MB of notifications (base64 in JSON),
-	// less what catch-up reads carry.
-	plan := &cutPlan{every: 2 << 20, cuts: cuts}
+	plan := &cutPlan{every: 1 << 20, cuts: cuts}
 	var dials atomic.Int64
 	opts := &ClientOptions{
 		Reconnect: true,
 		DialTransport: func(ctx context.Context) (wire.Transport, error) {
 			if dials.Add(1) > 1 {
-				// Reconnect within 100 ms: long enough for the child to
-				// write more than retention holds while detached.
-				time.Sleep(80 * time.Millisecond)
+				// Detached long enough for the child to write more than
+				// retention holds.
+				time.Sleep(100 * time.Millisecond)
 			}
 			tr, err := wire.DialWebsocket(ctx, ws.url, nil, 0)
 			if err != nil {
 				return nil, err
 			}
-			return &resumedConn{cuttable: &cuttable{Transport: tr}, recv: plan}, nil
+			return &resumedConn{cuttable: &cuttable{Transport: tr}, plan: plan}, nil
 		},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
