@@ -1,0 +1,277 @@
+package actors
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+)
+
+// evictions counts what retention evicted (the reported loss).
+type evictions struct {
+	NopMetrics
+	chunks int
+}
+
+func (e *evictions) Evicted(chunks, _ int) { e.chunks += chunks }
+
+// unreadHarness drives one process actor's output handlers directly (no
+// goroutines): output facts, deliveries to the subscriber, reads, the
+// connection's loss and a resume.
+type unreadHarness struct {
+	t   *testing.T
+	p   *process
+	clk *fakeClock
+	ev  *evictions
+}
+
+const unreadChunk = 1000 // bytes per output fact
+
+func newUnreadHarness(t *testing.T, retainBytes, retainChunks int) *unreadHarness {
+	clk := newFakeClock()
+	cfg := ProcConfig{RetainBytes: retainBytes, RetainChunks: retainChunks, Clock: clk, resumeHold: time.Minute}
+	p, _ := newProcess("p", []string{"fake"}, false, fakeSession{}, cfg, zaptest.NewLogger(t), &Subscriber{Out: make(chan Event), Done: make(chan struct{})})
+	ev := &evictions{}
+	p.cfg.metrics = ev
+	p.readSize = unreadChunk // the fake's reads are this size
+	return &unreadHarness{t: t, p: p, clk: clk, ev: ev}
+}
+
+// produce offers up to n chunks, as the readers would, while the actor
+// takes them; it returns how many it took.
+func (h *unreadHarness) produce(n int) int {
+	taken := 0
+	for taken < n && h.p.canConsume() {
+		h.p.handleFact(outputReadMsg{stream: Stdout, data: make([]byte, unreadChunk)})
+		taken++
+	}
+	return taken
+}
+
+// deliverAll hands the subscriber everything up to the last seq.
+func (h *unreadHarness) deliverAll() {
+	for h.p.sub != nil {
+		ev, ok := h.p.eventAt(h.p.sub.cursor)
+		if !ok {
+			return
+		}
+		h.p.delivered(ev)
+	}
+}
+
+func (h *unreadHarness) read(after uint64) ReadReply {
+	reply := make(chan ReadReply, 1)
+	h.p.read(readMsg{after: after, reply: reply})
+	return <-reply
+}
+
+func (h *unreadHarness) resume() uint64 {
+	return h.p.attach(Subscriber{Out: make(chan Event), Done: make(chan struct{})})
+}
+
+// retainedFrom fails unless every seq from..p.nextSeq-1 is retained.
+func (h *unreadHarness) retainedFrom(from uint64, what string) {
+	h.t.Helper()
+	for s := from; s < h.p.nextSeq; s++ {
+		if _, ok := h.p.ring.Get(s); !ok {
+			h.t.Fatalf("%s: seq %d (unread) was evicted; retained %d..%d", what, s, h.p.ring.FirstSeq(), h.p.nextSeq-1)
+		}
+	}
+}
+
+// The rule, step by step: attached, output the connection was handed is
+// evicted (counted: a reported loss, never an event the subscriber has not
+// been given); detached, retention full of unread output stops the reads
+// instead; a resume keeps the backlog until the client reads past it.
+func TestUnreadOutputRule(t *testing.T) {
+	h := newUnreadHarness(t, 10*unreadChunk, 1000)
+	p := h.p
+
+	// Attached, delivering everything: output flows without bound and old
+	// output is evicted, counted.
+	for range 50 {
+		if h.produce(1) != 1 {
+			t.Fatalf("attached, everything delivered: the actor stopped taking output at seq %d", p.nextSeq)
+		}
+		h.deliverAll()
+	}
+	if h.ev.chunks == 0 || p.ring.FirstSeq() <= 1 {
+		t.Fatalf("attached: nothing evicted (first retained %d, evictions %d): delivered output must make room", p.ring.FirstSeq(), h.ev.chunks)
+	}
+	// Attached, not delivering: undelivered output fills at most half of
+	// retention; the other half keeps the newest delivered output.
+	cursor := p.sub.cursor
+	took := h.produce(100)
+	if took != 5 {
+		t.Fatalf("attached, nothing delivered: took %d chunks; want 5 (half of retention)", took)
+	}
+	h.retainedFrom(cursor-5, "attached: the newest delivered half")
+
+	// The client acknowledged what it was handed; the connection is lost:
+	// the 5 chunks it was not handed are unread.
+	h.read(cursor - 1)
+	p.subscriberLost()
+	if !p.detached {
+		t.Fatal("not detached after the subscriber was lost")
+	}
+	first := p.acked + 1
+	took = h.produce(100)
+	if took != 5 {
+		t.Fatalf("detached: took %d chunks; want the 5 that fill retention", took)
+	}
+	if p.canConsume() {
+		t.Fatal("detached with retention full of unread output: the actor still reads")
+	}
+	h.retainedFrom(first, "detached")
+
+	// Resume: live from the next seq; the backlog (everything after the
+	// acknowledged seq) stays until read past.
+	live := h.resume()
+	if p.canConsume() {
+		t.Fatal("resumed, backlog unread: the actor reads (and would evict the backlog)")
+	}
+	r := h.read(first - 1)
+	if len(r.Chunks) == 0 || r.Chunks[0].Seq != first || r.NextSeq != live {
+		t.Fatalf("catch-up read after %d: %d chunks from %d, nextSeq %d; want from %d up to %d", first-1, len(r.Chunks), r.Chunks[0].Seq, r.NextSeq, first, live)
+	}
+	if p.canConsume() {
+		t.Fatal("the catch-up answer alone released the backlog: a drop while it is in flight would lose it")
+	}
+	h.read(live - 1) // the client acknowledges the catch-up
+	if !p.canConsume() {
+		t.Fatal("backlog acknowledged: the actor still does not read")
+	}
+
+	// A backlog nobody reads past is released after its hold, then evicted
+	// (counted).
+	h.deliverAll()
+	h.produce(3)
+	h.deliverAll()
+	p.subscriberLost()
+	h.produce(100)
+	h.resume()
+	h.read(p.acked) // a catch-up that is never acknowledged
+	if p.canConsume() {
+		t.Fatal("unacknowledged backlog: the actor reads")
+	}
+	h.clk.Advance(backlogSentHold)
+	p.onTimer(h.clk.Now())
+	if !p.canConsume() {
+		t.Fatalf("the backlog's hold (%v after the answer that carried it) ended: the actor still does not read", backlogSentHold)
+	}
+	before := h.ev.chunks
+	h.produce(1)
+	h.deliverAll()
+	if h.ev.chunks == before {
+		t.Fatal("output taken past a released backlog evicted nothing")
+	}
+
+	// Detached, then discarded (TTL expiry): nobody will read it, output
+	// flows again.
+	p.subscriberLost()
+	h.produce(100)
+	if p.canConsume() {
+		t.Fatal("detached: the actor reads")
+	}
+	p.discardProcess(reasonTTL)
+	if !p.canConsume() {
+		t.Fatal("discarded (detach TTL over): the actor still does not read")
+	}
+}
+
+// A process that never had a connection (Local's lag-mode listeners) reads
+// at full speed, evicting old output, as before.
+func TestUnreadRuleSparesProcessesWithoutConnection(t *testing.T) {
+	cfg := ProcConfig{RetainBytes: 10 * unreadChunk, RetainChunks: 1000, Clock: newFakeClock(), resumeHold: time.Minute}
+	p, _ := newProcess("p", []string{"fake"}, false, fakeSession{}, cfg, zaptest.NewLogger(t), nil)
+	p.readSize = unreadChunk
+	for i := range 100 {
+		if !p.canConsume() {
+			t.Fatalf("no connection ever: the actor stopped reading after %d chunks", i)
+		}
+		p.handleFact(outputReadMsg{stream: Stdout, data: make([]byte, unreadChunk)})
+	}
+}
+
+// Random sequences of output, deliveries, reads, drops and resumes: output
+// the client has not read (past its acknowledged seq while detached, or
+// after a resume until it reads past the backlog; from the cursor while
+// attached) is never evicted, and the actor never stops for good while a
+// reader keeps up.
+func TestUnreadRuleRandomized(t *testing.T) {
+	for seed := range uint64(200) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		h := newUnreadHarness(t, (4+rng.IntN(20))*unreadChunk, 3+rng.IntN(30))
+		p := h.p
+		// The model: what the client has read, by the definition in
+		// process_output.go, kept apart from the actor's own state.
+		var acked, backlogFrom, backlogTo uint64
+		detached := false
+		ack := func(after uint64) {
+			acked = max(acked, min(after, p.nextSeq-1))
+			if backlogFrom != 0 {
+				backlogFrom = max(backlogFrom, acked+1)
+				if backlogFrom >= backlogTo {
+					backlogFrom = 0
+				}
+			}
+		}
+		for step := 0; step < 300; step++ {
+			floor := acked + 1 // detached
+			if !detached {
+				floor = p.sub.cursor
+				if backlogFrom != 0 {
+					floor = min(floor, backlogFrom)
+				}
+			}
+			firstBefore := p.ring.FirstSeq()
+			nextBefore := p.nextSeq
+			switch op := rng.IntN(10); {
+			case op < 4:
+				h.produce(1 + rng.IntN(5))
+			case op < 6:
+				if !detached {
+					h.deliverAll()
+				}
+			case op < 8:
+				if p.nextSeq > 1 {
+					after := acked + uint64(rng.IntN(int(p.nextSeq-acked)))
+					h.read(after)
+					ack(after)
+				}
+			case op < 9:
+				if !detached {
+					p.subscriberLost()
+					detached, backlogFrom = true, 0
+				}
+			default:
+				if detached {
+					live := h.resume()
+					detached, backlogFrom = false, 0
+					if acked+1 < live {
+						backlogFrom, backlogTo = acked+1, live
+					}
+				}
+			}
+			// Everything from the floor that was retained before the step
+			// still is (seqs >= nextBefore are this step's own).
+			for s := max(floor, firstBefore); s < nextBefore; s++ {
+				if _, ok := p.ring.Get(s); !ok {
+					t.Fatalf("seed %d step %d: seq %d evicted though unread (floor %d, retained %d..%d, acked %d, detached %v)",
+						seed, step, s, floor, p.ring.FirstSeq(), p.nextSeq-1, acked, detached)
+				}
+			}
+		}
+		// Liveness: attached, the client reads past everything and takes
+		// its notifications: output flows again.
+		if p.sub == nil {
+			h.resume()
+		}
+		h.read(p.nextSeq - 1)
+		h.deliverAll()
+		if h.produce(1) != 1 {
+			t.Fatalf("seed %d: caught up and attached, the actor does not read", seed)
+		}
+	}
+}
