@@ -175,13 +175,28 @@
 //   - Output from the child: each read takes what is available up to 64
 //     KiB as one chunk (so retention, which evicts whole chunks, keeps at
 //     least its byte bound less 64 KiB); readers send facts into a bounded
-//     channel (16). The actor stops taking facts while its attached
-//     subscriber has so much undelivered output that one more read could make retention
-//     evict it; readers then block, the pipe fills, and the child blocks on
-//     write. A slow client thus slows its own processes, never another's,
-//     and no event is dropped while the connection lives. With no
-//     subscriber attached (detached session), output is taken at full speed
-//     and the oldest retained output is evicted (retention bounds).
+//     channel (16). The actor stops taking facts while one more read could
+//     make retention evict output the session's client has not read
+//     (process_output.go defines "read": handed to the live connection, or
+//     acknowledged by a process/read's afterSeq); readers then block, the
+//     pipe or PTY fills, and the child blocks on write, as on a slow
+//     terminal. Attached: undelivered output fills at most half of
+//     retention (the other half keeps the newest output handed to the
+//     connection, what a drop may lose in flight), so a slow client slows
+//     its own processes, never another's, and no event is dropped while
+//     the connection lives; delivered output is evicted (counted in the
+//     evictions metric). Detached: nothing the client has not acknowledged
+//     is evicted; a producer that fills retention blocks until a resume
+//     reads it or the detach TTL ends (the session is then discarded and
+//     its output flows and is dropped with the process). Trade-off: a
+//     detached fast producer blocks, for up to the TTL, rather than lose
+//     output. After a resume the backlog (from the last acknowledged seq up
+//     to the first live one) is held the same way until the client reads
+//     past it, 10 s after an answer carried it at most, the TTL at most in
+//     all. Not held: a process discarded or shutting down, one whose
+//     streams were closed by force (a killed process's bounded drain), or
+//     one that never had a connection (Local), which read at full speed
+//     and evict the oldest output.
 //   - The connection's outbound queue: events (from its processes and
 //     http streams) and responses go through unbuffered channels to the
 //     queue goroutine, which takes an item only while the bytes it holds

@@ -177,6 +177,48 @@ type procModel struct {
 	produced    map[actors.Stream][]byte
 	signals     []syscall.Signal
 	poll        *pollRec
+	// What the client has read (actors/process_output.go, unreadFrom).
+	acked       uint64 // the highest afterSeq of a read, at most nextSeq-1
+	detached    bool   // the subscriber's connection ended, none attached since
+	backlogFrom uint64 // after an attach: the backlog's first unread seq (0: none)
+	backlogTo   uint64 // the attach's first live seq
+}
+
+// ack: a read (or long poll) with afterSeq after.
+func (m *procModel) ack(after uint64) {
+	m.acked = max(m.acked, min(after, m.nextSeq-1))
+	if m.backlogFrom != 0 {
+		m.backlogFrom = max(m.backlogFrom, m.acked+1)
+		if m.backlogFrom >= m.backlogTo {
+			m.backlogFrom = 0
+		}
+	}
+}
+
+// held reports whether the actor may refuse the next output fact because
+// retention is full of output the client has not read (detached: past
+// acked; attached after an attach: the backlog). It may say so when the
+// actor would in fact take it (a hold that ended by time, a drain that
+// cut the streams): the harness then only skips output.
+func (m *procModel) held(attached bool, cfg actors.ProcConfig) bool {
+	var floor uint64
+	switch {
+	case attached && m.backlogFrom != 0:
+		floor = m.backlogFrom
+	case !attached && m.detached:
+		floor = m.acked + 1
+	default:
+		return false // attached: the subscriber's cursor governs (unstick)
+	}
+	bytes, chunks := 0, 0
+	for _, c := range m.retain.chunks {
+		if c.Seq >= floor {
+			bytes += len(c.Data)
+			chunks++
+		}
+	}
+	readSize := min(64<<10, cfg.RetainBytes)
+	return bytes+readSize > cfg.RetainBytes || chunks+1 > cfg.RetainChunks
 }
 
 func (m *procModel) allEnded() bool { return !slices.Contains(m.streamOpen, true) }
@@ -412,6 +454,9 @@ func (h *procHarness) output(t *rapid.T) {
 	if len(open) == 0 {
 		t.Skip("no open stream")
 	}
+	if h.m.held(h.cur != nil, h.cfg) {
+		t.Skip("unread output fills retention: the actor takes no more")
+	}
 	i := rapid.SampledFrom(open).Draw(t, "stream")
 	data := rapid.SliceOfN(rapid.Byte(), 1, h.cfg.RetainBytes).Draw(t, "data")
 	s := h.fake.outs[i]
@@ -437,6 +482,9 @@ func (h *procHarness) endStream(t *rapid.T) {
 	open := h.openStreams()
 	if len(open) == 0 {
 		t.Skip("no open stream")
+	}
+	if h.m.held(h.cur != nil, h.cfg) {
+		t.Skip("unread output fills retention: the actor takes no more")
 	}
 	i := rapid.SampledFrom(open).Draw(t, "stream")
 	h.fake.outs[i].close()
@@ -552,6 +600,7 @@ func (h *procHarness) read(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("Read: %v", err)
 	}
+	h.m.ack(after)
 	if err := sameReply(got, h.m.read(after, mb)); err != nil {
 		t.Fatalf("Read(after %d, maxBytes %d): %v", after, mb, err)
 	}
@@ -573,6 +622,7 @@ func (h *procHarness) longPoll(t *rapid.T) {
 	if err != nil {
 		t.Fatalf("ReadAsync: %v", err)
 	}
+	h.m.ack(after)
 	p := &pollRec{after: after, maxBytes: mb, ch: ch}
 	h.m.poll = p
 	if h.m.ready(after) {
@@ -603,15 +653,34 @@ func (h *procHarness) drain(t *rapid.T) {
 	}
 }
 
+// endUnseen: a stream ended and the process is not closed, so the actor may
+// not have taken the stream's end yet (nothing observable says so); a
+// detach or attach now could make it hold that end behind unread output,
+// which the model does not follow.
+func (h *procHarness) endUnseen() bool {
+	return slices.Contains(h.m.streamOpen, false) && !h.m.closed
+}
+
 func (h *procHarness) detach(t *rapid.T) {
 	if h.cur == nil {
 		t.Skip("no subscriber")
 	}
+	if h.endUnseen() {
+		t.Skip("a stream's end may not be taken yet")
+	}
 	close(h.cur.done)
 	h.cur = nil
+	h.m.detached, h.m.backlogFrom = true, 0
 }
 
 func (h *procHarness) attach(t *rapid.T) {
+	if h.endUnseen() {
+		t.Skip("a stream's end may not be taken yet")
+	}
+	h.resume(t)
+}
+
+func (h *procHarness) resume(t *rapid.T) {
 	s := h.newSub(0)
 	ctx, cancel := h.ctx()
 	defer cancel()
@@ -624,6 +693,11 @@ func (h *procHarness) attach(t *rapid.T) {
 	}
 	s.start = start
 	h.cur = s // a replaced subscriber is simply given nothing more
+	// A resume: the output after acked is the backlog, held until read past.
+	h.m.detached, h.m.backlogFrom = false, 0
+	if h.m.acked+1 < start {
+		h.m.backlogFrom, h.m.backlogTo = h.m.acked+1, start
+	}
 }
 
 // subscribe: a lag-mode subscription's history is the model's suffix after
@@ -721,6 +795,20 @@ func (h *procHarness) invariants(t *rapid.T) {
 // history: gap-free seqs from 1, one exited, one closed with the highest
 // seq, lossless delivery to the attached subscriber, and per-stream bytes.
 func (h *procHarness) finish(t *rapid.T) {
+	// A client that resumes and reads past everything lets the actor take
+	// the rest of the output.
+	if h.cur == nil && h.m.detached {
+		h.resume(t)
+	}
+	if h.m.backlogFrom != 0 {
+		ctx, cancel := h.ctx()
+		_, err := h.ref.Read(ctx, h.m.nextSeq-1, 1, 0)
+		cancel()
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		h.m.ack(h.m.nextSeq - 1)
+	}
 	if !h.m.exitSent {
 		h.exit(0)
 	}
