@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/runtimed/runtimed/wire"
 )
 
 // Backend starts processes. [Local] runs them in this process; [Client]
@@ -109,9 +111,10 @@ type Process interface {
 	// otherwise SIGTERM (SIGHUP on a PTY) and SIGKILL after grace. It
 	// reports whether the process was still running.
 	Terminate(ctx context.Context, grace time.Duration) (running bool, err error)
-	// Read returns retained output after afterSeq (maxBytes 0: no limit),
-	// waiting up to wait for something new (a long poll).
-	Read(ctx context.Context, afterSeq uint64, maxBytes int, wait time.Duration) (ReadResult, error)
+	// Read returns retained output after opts.After (at most
+	// opts.MaxBytes), waiting up to opts.Wait for something new (a long
+	// poll). ctx bounds the call, the long poll included.
+	Read(ctx context.Context, opts ReadOptions) (ReadResult, error)
 	// Wait waits until the process has exited and its output has ended
 	// (like exec.Cmd.Wait) and returns its exit status.
 	Wait(ctx context.Context) (ExitStatus, error)
@@ -119,6 +122,32 @@ type Process interface {
 	Done() <-chan struct{}
 	// Events subscribes to the process's history then its live events.
 	Events(ctx context.Context) (*EventStream, error)
+}
+
+// ReadOptions are the arguments of Process.Read. The zero value reads
+// everything retained, from seq 1, and answers at once.
+type ReadOptions struct {
+	// After: only chunks with a seq above it (0: from the start).
+	After uint64
+	// MaxBytes bounds the bytes of output returned; 0 means no limit. A
+	// first chunk larger than MaxBytes is returned whole. Negative is an
+	// error.
+	MaxBytes int
+	// Wait, if positive, waits up to this long for output after After, or
+	// for the process to exit, when there is none yet (a long poll). ctx
+	// still bounds the call. Negative is an error.
+	Wait time.Duration
+}
+
+// validate names the option that is wrong; both backends call it first.
+func (o ReadOptions) validate() error {
+	switch {
+	case o.MaxBytes < 0:
+		return fmt.Errorf("%w: ReadOptions.MaxBytes is negative (%d)", ErrInvalidOption, o.MaxBytes)
+	case o.Wait < 0:
+		return fmt.Errorf("%w: ReadOptions.Wait is negative (%v)", ErrInvalidOption, o.Wait)
+	}
+	return nil
 }
 
 // ReadResult is the answer to Process.Read.
@@ -199,6 +228,12 @@ var (
 	ErrNotPTY = errors.New("runtime: process is not attached to a PTY")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("runtime: backend closed")
+	// ErrInvalidOption: an option given to a method of this package is
+	// out of range; the error's text names the option. Nothing was sent.
+	ErrInvalidOption = errors.New("runtime: invalid option")
+	// ErrProcessExists: Start was given the ID of a process the session
+	// still has. Errors matching it are *RPCError (code -32600).
+	ErrProcessExists = errors.New("runtime: process id already exists")
 	// ErrProcessFailed: the runtime failed the process after an internal
 	// error (a recovered panic in its actor); its tree was killed. Errors
 	// matching it are *ProcessError.
@@ -218,10 +253,26 @@ func (e *ProcessError) Error() string { return "runtime: " + e.Message }
 // Is makes errors.Is(err, ErrProcessFailed) hold.
 func (e *ProcessError) Is(target error) bool { return target == ErrProcessFailed }
 
-// RPCError is an error answered by a server.
+// RPCError is an error answered by a server, with the protocol's code and
+// message; Local returns the same values for the same mistakes. Where one
+// of this package's sentinels applies (ErrProcessExists), errors.Is
+// matches it.
 type RPCError struct {
 	Code    int
 	Message string
+
+	sentinel error // what errors.Is matches besides the *RPCError itself
 }
 
+// Error returns "runtimed error CODE: MESSAGE".
 func (e *RPCError) Error() string { return fmt.Sprintf("runtimed error %d: %s", e.Code, e.Message) }
+
+// Unwrap returns the sentinel the error stands for, if any.
+func (e *RPCError) Unwrap() error { return e.sentinel }
+
+// errProcessExists is the error both backends return for a duplicate id.
+func errProcessExists(id string) error {
+	re := rpcErr(wire.ErrProcessExists(id))
+	re.sentinel = ErrProcessExists
+	return re
+}

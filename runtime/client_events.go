@@ -373,7 +373,7 @@ func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscripti
 			}
 		}
 	} else if after+1 < rs.upto {
-		res, err := p.Read(ctx, after, 0, 0)
+		res, err := p.Read(ctx, ReadOptions{After: after})
 		if err != nil {
 			return subscription{}, err
 		}

@@ -60,6 +60,32 @@
 // safe for concurrent use; the actors call them through the
 // actors.Metrics interface and never import Prometheus.
 //
+// # Contexts
+//
+// A ctx bounds a call, never the life of what the call creates, on Local
+// and on a Client alike (unlike exec.CommandContext, ending a ctx never
+// kills a process: use Terminate). When a ctx ends first, the method
+// returns ctx.Err() unwrapped.
+//
+//	Method                          ctx bounds
+//	Backend.Start                   the start only; if ctx ends first, Start
+//	                                returns its error and leaves nothing running
+//	Process.Write, CloseStdin,      the request only; an ended ctx does not undo
+//	Resize, Signal, Terminate       a request the backend already took
+//	Process.Read                    the request, its long poll (ReadOptions.Wait) included
+//	Process.Wait                    the waiting; the process runs on
+//	Process.Events                  the subscription; each EventStream.Next takes its own ctx
+//	Pipe                            every Read, Write and Close of the pipe
+//	Cmd.Start (CommandContext)      see Cmd: the ctx given to CommandContext kills the process
+//	Dial, NewClient                 connecting and the handshake; the Client outlives ctx
+//	Local.Shutdown, Server.Shutdown the graceful part; past ctx, processes are killed
+//
+// Errors are the same on both backends and are matched with errors.Is:
+// ErrUnknownProcess (a process the backend forgot), ErrNotPTY,
+// ErrStdinClosed, ErrProcessExists (a duplicate Spec.ID), ErrProcessFailed
+// (a *ProcessError), ErrInvalidOption (an option out of range, named in
+// the text), ErrClosed and ErrDisconnected.
+//
 // # Failure semantics
 //
 // Errors answered by a server are [*RPCError] values with the protocol's
@@ -81,8 +107,8 @@
 // Process failure: if the runtime fails one process (an internal error: a
 // recovered panic in its actor; the tree is killed), its Wait returns a
 // [*ProcessError] matching [ErrProcessFailed] and its event streams end
-// with an EventFailed carrying it; Local's other methods return it too,
-// a Client's requests about it get the server's -32603 [*RPCError]. Every
+// with an EventFailed carrying it; the other methods of both backends
+// return it too (a Client maps the server's -32603 answer to it). Every
 // other process, connection and caller is unaffected.
 //
 // Endings: Wait always returns (the exit status, a *ProcessError, or the

@@ -121,7 +121,7 @@ func TestProcessPanicTypedError(t *testing.T) {
 		if !errors.As(err, &pe) || !errors.Is(err, ErrProcessFailed) || pe.ID != "bad" || !strings.Contains(pe.Message, "injected process fault") {
 			t.Fatalf("Wait = %v; want a *ProcessError", err)
 		}
-		if _, err := bad.Read(ctx, 0, 0, 0); err == nil {
+		if _, err := bad.Read(ctx, ReadOptions{}); err == nil {
 			t.Fatal("Read of the failed process succeeded")
 		}
 		good, err := b.Start(ctx, sh(t, `echo fine; exit 2`))

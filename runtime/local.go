@@ -67,8 +67,12 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 	}
 }
 
-// Start starts a process.
+// Start starts a process. ctx bounds the call: if it has ended before the
+// process runs, Start returns ctx's error and leaves nothing running.
 func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if spec.ID == "" {
 		spec.ID = "proc-" + strconv.FormatUint(l.nextID.Add(1), 10)
 	}
@@ -84,7 +88,7 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	l.mu.Lock()
 	if ref, ok := l.procs[spec.ID]; ok && (ref == nil || ref.Alive()) { // nil: another Start is spawning it
 		l.mu.Unlock()
-		return nil, rpcErr(wire.ErrProcessExists(spec.ID))
+		return nil, errProcessExists(spec.ID)
 	}
 	l.procs[spec.ID] = nil // reserve the id while spawning
 	if l.starts++; l.starts%256 == 0 {
@@ -109,6 +113,12 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 			return nil, ErrClosed
 		}
 		return nil, &RPCError{Code: actors.SpawnErrorCode(err), Message: err.Error()}
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up while it was spawning: kill it (the actor
+		// is fresh, so this is answered at once).
+		_, _ = ref.Terminate(context.WithoutCancel(ctx), 0)
+		return nil, err
 	}
 	lp := &localProcess{ref: ref}
 	lp.first.Store(&first)
@@ -255,8 +265,11 @@ func (p *localProcess) Terminate(ctx context.Context, grace time.Duration) (bool
 	return running, err
 }
 
-func (p *localProcess) Read(ctx context.Context, after uint64, maxBytes int, wait time.Duration) (ReadResult, error) {
-	r, err := p.ref.Read(ctx, after, maxBytes, wait)
+func (p *localProcess) Read(ctx context.Context, opts ReadOptions) (ReadResult, error) {
+	if err := opts.validate(); err != nil {
+		return ReadResult{}, err
+	}
+	r, err := p.ref.Read(ctx, opts.After, opts.MaxBytes, opts.Wait)
 	if err != nil {
 		return ReadResult{}, p.actorErr(err)
 	}

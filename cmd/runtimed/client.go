@@ -407,7 +407,7 @@ exit code.`)
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
 		return startFailureCode(err)
 	}
-	pipe, err := runtime.PipeWithStderr(ctx, p, stderr)
+	pipe, err := runtime.Pipe(ctx, p, runtime.PipeOptions{Stderr: stderr})
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
 		return exitRuntimeFailed
