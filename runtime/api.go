@@ -29,9 +29,17 @@ type Spec struct {
 	Argv []string
 	// Dir is the working directory: an absolute path (required).
 	Dir string
-	// Env is the child's environment. Without EnvPolicy it is exactly Env.
+	// Env is the child's environment, laid over EnvPolicy's base if one is
+	// set. Without EnvPolicy, a non-nil Env is exactly the environment (an
+	// empty map: an empty environment, as the protocol's env {} is), and
+	// a nil Env inherits the server's environment as os/exec does, except
+	// that names matching *KEY*, *SECRET* or *TOKEN* are left out: it is
+	// EnvPolicy{Inherit: "all"}, the protocol's default inheritance (set
+	// EnvPolicy.IgnoreDefaultExcludes to keep them). "The server" is this
+	// process for Local. Names must be non-empty, without '=' or NUL.
 	Env map[string]string
-	// EnvPolicy, if set, builds a base from the server's environment first.
+	// EnvPolicy, if set, builds a base from the server's environment first
+	// (PROTOCOL.md, process/start's envPolicy); Env is laid over it.
 	EnvPolicy *EnvPolicy
 	// TTY runs the child on a pseudo-terminal (output stream "pty").
 	TTY bool
@@ -49,6 +57,15 @@ type Spec struct {
 	// Metadata, if set, attributes the process to a thread and tool call;
 	// List shows it.
 	Metadata *Metadata
+}
+
+// envPolicy is the policy Start sends for spec: a nil Env without a
+// policy inherits (see Spec.Env). Both backends use it.
+func (spec Spec) envPolicy() *EnvPolicy {
+	if spec.Env == nil && spec.EnvPolicy == nil {
+		return &EnvPolicy{Inherit: "all"}
+	}
+	return spec.EnvPolicy
 }
 
 // Metadata attributes a process to a client's thread and tool call

@@ -102,7 +102,7 @@ func startParams(spec Spec) (wire.StartParams, error) {
 	if spec.Size.Rows > 0 && spec.Size.Cols > 0 {
 		params.Size = &wire.Size{Rows: spec.Size.Rows, Cols: spec.Size.Cols}
 	}
-	if p := spec.EnvPolicy; p != nil {
+	if p := spec.envPolicy(); p != nil {
 		params.EnvPolicy = &wire.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
 	}
 	if spec.Sandbox != nil {

@@ -146,7 +146,7 @@ func actorSpec(spec Spec) (actors.Spec, error) {
 		return actors.Spec{}, &RPCError{Code: wire.CodeInvalidParams, Message: fmt.Sprintf("cwd must be absolute: %s", spec.Dir)}
 	}
 	var policy *actors.EnvPolicy
-	if p := spec.EnvPolicy; p != nil {
+	if p := spec.envPolicy(); p != nil {
 		policy = &actors.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
 	}
 	return actors.Spec{
