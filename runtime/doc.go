@@ -17,6 +17,14 @@
 //	events, err := p.Events(ctx) // history, then live, in seq order
 //	st, err := p.Wait(ctx)       // like exec.Cmd.Wait, callable many times
 //
+// The attach form is [Cmd], like os/exec's: io.Reader and io.Writers for
+// stdin, stdout and stderr, Run, Start and Wait, Output, CombinedOutput;
+// its output copy starts at seq 0, so nothing written before the copy
+// began is lost:
+//
+//	out, err := runtime.Command(b, "uname", "-a").Output()
+//	var ee *runtime.ExitError // errors.As: ran and failed
+//
 // A Server is used like net/http's: NewServer(cfg), Serve(listener) or
 // ServeTransport(t, resumable), Shutdown(ctx) to stop gracefully, Close to
 // stop now. Shutdown stops accepting, terminates every process tree
@@ -63,8 +71,9 @@
 // # Contexts
 //
 // A ctx bounds a call, never the life of what the call creates, on Local
-// and on a Client alike (unlike exec.CommandContext, ending a ctx never
-// kills a process: use Terminate). When a ctx ends first, the method
+// and on a Client alike: ending a ctx never kills a process (use
+// Terminate), except the ctx given to CommandContext, which, as in
+// os/exec, bounds the command's life. When a ctx ends first, the method
 // returns ctx.Err() unwrapped.
 //
 //	Method                          ctx bounds
@@ -76,7 +85,7 @@
 //	Process.Wait                    the waiting; the process runs on
 //	Process.Events                  the subscription; each EventStream.Next takes its own ctx
 //	Pipe                            every Read, Write and Close of the pipe
-//	Cmd.Start (CommandContext)      see Cmd: the ctx given to CommandContext kills the process
+//	CommandContext                  Cmd.Start and the process's life: killed when ctx ends
 //	Dial, NewClient                 connecting and the handshake; the Client outlives ctx
 //	Local.Shutdown, Server.Shutdown the graceful part; past ctx, processes are killed
 //
@@ -136,5 +145,7 @@
 // already forgotten the process, ends with an EventFailed (reported, not
 // silent). A Client's
 // requests go through one bounded queue (256) to its writer; callers wait
-// with their ctx. The server side's policies are in package actors.
+// with their ctx. A Cmd's copy to a blocking Stdout or Stderr holds only
+// its own stream back: it lags and re-reads retention, and output evicted
+// meanwhile makes Wait return ErrOutputLost (never silently). The server side's policies are in package actors.
 package runtime
