@@ -31,8 +31,8 @@ type ClientOptions struct {
 	// ClientName is sent in initialize; default "runtimed-go".
 	ClientName string
 	// ResumeSessionID, if set, resumes that detached session instead of
-	// starting a new one (its processes are not known to this client's
-	// handles; List shows them).
+	// starting a new one: List shows its processes, Attach returns a
+	// handle on one.
 	ResumeSessionID string
 	// ConnectTimeout bounds dialing; default 10 s.
 	ConnectTimeout time.Duration
@@ -290,8 +290,10 @@ type reconnectedMsg struct{ t wire.Transport }
 type reconnectFailedMsg struct{ err error }
 type closeClientMsg struct{}
 type registerProcMsg struct {
-	id    string
-	reply chan<- *rproc
+	id     string
+	attach bool // an open process of that id is returned, not refused
+	reply  chan<- *rproc
+	known  chan<- bool // attach only: whether the process was known already (sent before reply)
 }
 type forgetProcMsg struct{ id string }
 type subscribeRemoteMsg struct {
@@ -470,11 +472,19 @@ func (st *clientState) run() {
 				continue
 			}
 			if old := st.procs[m.id]; old != nil && !old.closed {
-				m.reply <- nil // the id is taken; Start reports it as the server would
+				if m.attach {
+					m.known <- true
+					m.reply <- old
+				} else {
+					m.reply <- nil // the id is taken; Start reports it as the server would
+				}
 				continue
 			}
 			rp := &rproc{id: m.id, next: 1, done: make(chan struct{})}
 			st.procs[m.id] = rp
+			if m.attach {
+				m.known <- false
+			}
 			m.reply <- rp
 		case forgetProcMsg:
 			delete(st.procs, m.id)

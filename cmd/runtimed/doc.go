@@ -7,6 +7,7 @@
 //	runtimed exec [--connect URL] [-t] -- CMD ARGS...                run a command, exit with its code
 //	runtimed stdio [--connect URL] -- CMD ARGS...                    bridge stdin/stdout byte for byte
 //	runtimed ps --connect URL --session ID                           list a session's processes
+//	runtimed attach --connect URL SESSION PROCESS                    re-attach to a process of a detached session
 //	runtimed fs cat|put|ls|stat [--connect URL] PATH                 files on the server (or here)
 //	runtimed bench (--connect URL | --spawn CMD [--stdio])           measure a compatible server
 //	runtimed version                                                 build information

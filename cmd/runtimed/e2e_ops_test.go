@@ -302,6 +302,7 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"exec"}, []string{"usage: runtimed exec", "-connect", "-token-file", "-ca", "-sandbox", "-t"}},
 		{[]string{"stdio"}, []string{"usage: runtimed stdio", "-connect", "-token-file", "-ca"}},
 		{[]string{"ps"}, []string{"usage: runtimed ps", "-session", "-token-file", "-ca"}},
+		{[]string{"attach"}, []string{"usage: runtimed attach", "SESSION PROCESS", "-no-stdin", "-close-stdin", "-token-file", "-ca"}},
 		{[]string{"fs"}, []string{"usage: runtimed fs", "cat PATH", "-token-file", "-ca"}},
 		{[]string{"fs", "cat"}, []string{"usage: runtimed fs", "-token-file"}},
 		{[]string{"bench"}, []string{"usage: runtimed bench", "-connect", "-token-file", "-ca", "-runs"}},
