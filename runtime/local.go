@@ -248,7 +248,7 @@ func (p *localProcess) Resize(ctx context.Context, rows, cols uint16) error {
 func (p *localProcess) Signal(ctx context.Context, sig Signal) error {
 	s, ok := actors.Signals[string(sig)]
 	if !ok {
-		return &RPCError{Code: wire.CodeInvalidParams, Message: fmt.Sprintf("unknown signal `%s`", sig)}
+		return &RPCError{Code: wire.CodeInvalidParams, Message: fmt.Sprintf("unknown signal `%s`; expected one of interrupt, terminate, kill, hangup, quit, user1, user2", sig)} // as the server says
 	}
 	err := p.ref.Signal(ctx, s)
 	if errors.Is(err, actors.ErrStopped) {
