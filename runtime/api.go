@@ -71,25 +71,30 @@ func (spec Spec) envPolicy() *EnvPolicy {
 // Metadata attributes a process to a client's thread and tool call
 // (process/start's metadata). Empty fields are not sent.
 type Metadata struct {
-	ThreadID   string
-	ToolCallID string
+	ThreadID   string // the client's conversation thread
+	ToolCallID string // the tool call within it that started the process
 }
 
 // Size is a terminal size.
-type Size struct{ Rows, Cols uint16 }
+type Size struct {
+	Rows uint16 // lines
+	Cols uint16 // columns
+}
 
 // EnvPolicy builds a child's base environment (PROTOCOL.md, process/start).
 type EnvPolicy struct {
-	Inherit               string // "all" (default), "none" or "core"
-	IgnoreDefaultExcludes bool
-	Exclude               []string
-	Set                   map[string]string
-	IncludeOnly           []string
+	Inherit               string            // "all" (default), "none" or "core"
+	IgnoreDefaultExcludes bool              // keep names matching *KEY*, *SECRET*, *TOKEN*
+	Exclude               []string          // drop names matching these globs (case-insensitive)
+	Set                   map[string]string // then add these
+	IncludeOnly           []string          // then, if not empty, keep only names matching these globs
 }
 
 // Stream names an output stream.
 type Stream string
 
+// The output streams: a pipe process has stdout and stderr, a PTY
+// process one merged stream.
 const (
 	Stdout Stream = "stdout"
 	Stderr Stream = "stderr"
@@ -99,6 +104,8 @@ const (
 // Signal names a signal the protocol can send to a process group.
 type Signal string
 
+// The signals of process/signal: SIGINT, SIGTERM, SIGKILL, SIGHUP,
+// SIGQUIT, SIGUSR1 and SIGUSR2.
 const (
 	SigInterrupt Signal = "interrupt"
 	SigTerminate Signal = "terminate"
@@ -169,26 +176,26 @@ func (o ReadOptions) validate() error {
 
 // ReadResult is the answer to Process.Read.
 type ReadResult struct {
-	Chunks   []Chunk
-	NextSeq  uint64
-	Exited   bool
-	ExitCode int // valid when Exited
-	Closed   bool
+	Chunks   []Chunk // retained output after ReadOptions.After, in seq order
+	NextSeq  uint64  // the seq the next event will take (read after NextSeq-1 next)
+	Exited   bool    // the process has exited
+	ExitCode int     // valid when Exited
+	Closed   bool    // its output has ended too: nothing follows
 }
 
 // Chunk is one piece of retained output.
 type Chunk struct {
-	Seq    uint64
-	Stream Stream
-	Data   []byte
+	Seq    uint64 // its place in the process's history
+	Stream Stream // which stream it came from
+	Data   []byte // the bytes, as the process wrote them
 }
 
 // ExitStatus is how a process ended: its exit code, or 128+N when killed
 // by signal N, and the resource limit (Limit* constants) that ended it,
 // if one did.
 type ExitStatus struct {
-	Code  int
-	Limit string
+	Code  int    // the exit code, or 128+N after signal N
+	Limit string // the Limit* constant of the limit that ended it, or ""
 }
 
 // Success reports whether the exit code is 0.
@@ -261,10 +268,11 @@ var (
 // process's own exit): Wait, the other methods and the event stream
 // report it once it happened. It matches ErrProcessFailed.
 type ProcessError struct {
-	ID      string
+	ID      string // the process
 	Message string // what the runtime reported
 }
 
+// Error returns "runtime: " and the message.
 func (e *ProcessError) Error() string { return "runtime: " + e.Message }
 
 // Is makes errors.Is(err, ErrProcessFailed) hold.
@@ -275,8 +283,8 @@ func (e *ProcessError) Is(target error) bool { return target == ErrProcessFailed
 // of this package's sentinels applies (ErrProcessExists), errors.Is
 // matches it.
 type RPCError struct {
-	Code    int
-	Message string
+	Code    int    // the JSON-RPC error code (wire.Code* constants)
+	Message string // the server's message, as PROTOCOL.md lists it
 
 	sentinel error // what errors.Is matches besides the *RPCError itself
 }

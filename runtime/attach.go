@@ -11,6 +11,7 @@ import (
 // to the processes of its session (with ClientOptions.ResumeSessionID,
 // those of a detached session: what `runtimed attach` does).
 type Attacher interface {
+	// Attach returns a handle on process id, or ErrUnknownProcess.
 	Attach(ctx context.Context, id string) (Process, error)
 }
 

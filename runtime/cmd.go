@@ -35,7 +35,7 @@ type Cmd struct {
 	// Env and EnvPolicy are the child's environment, as in Spec: a nil Env
 	// inherits the server's environment, an empty one is empty.
 	Env       map[string]string
-	EnvPolicy *EnvPolicy
+	EnvPolicy *EnvPolicy // as Spec.EnvPolicy
 	// Stdin, if set, is copied to the process's stdin, which is closed
 	// when Stdin reaches EOF. Nil: the process reads /dev/null (or, with
 	// TTY, a terminal nothing writes to).
@@ -47,13 +47,13 @@ type Cmd struct {
 	// retention, and output retention evicted meanwhile makes Wait report
 	// ErrOutputLost.
 	Stdout io.Writer
-	Stderr io.Writer
+	Stderr io.Writer // see Stdout
 	// TTY runs the process on a pseudo-terminal of size Size (zero: 24x80).
 	TTY  bool
-	Size Size
+	Size Size // see TTY
 	// Sandbox and Limits confine and bound the process tree, as in Spec.
 	Sandbox *Sandbox
-	Limits  Limits
+	Limits  Limits // see Sandbox
 	// ID names the process in its session; empty picks a unique one.
 	ID string
 	// Metadata attributes the process to a thread and tool call.

@@ -43,7 +43,7 @@ type Config struct {
 	DetachTTL time.Duration
 	// RetainBytes and RetainChunks bound retained output per process.
 	RetainBytes  int
-	RetainChunks int
+	RetainChunks int // see RetainBytes
 	// ClosedRetention: how long a closed process stays readable. Zero means
 	// the default; negative means it is forgotten at once.
 	ClosedRetention time.Duration
