@@ -108,9 +108,12 @@ type Client struct {
 const (
 	clientMailboxCap  = 256
 	clientOutboundCap = 256
-	// reorderLimit bounds notifications held while an earlier seq is missing.
-	reorderLimit = 1 << 16
 )
+
+// reorderLimit bounds notifications held while an earlier seq is missing
+// (a variable only so tests can make it small). When it is full, the
+// client reads the hole back from the server (see rproc.holeRead).
+var reorderLimit = 1 << 16
 
 // Dial connects to a runtimed websocket URL (ws://HOST:PORT, or
 // wss://HOST:PORT over TLS) and performs the handshake. A URL of another
@@ -304,6 +307,13 @@ type catchUpMsg struct {
 	id  string
 	res wire.ReadResult
 }
+
+// holeReadFailedMsg: the read meant to fill a hole behind a full reorder
+// buffer failed; the hole is then reported as lost.
+type holeReadFailedMsg struct {
+	id  string
+	err error
+}
 type dropHistMsg struct {
 	id string
 	rp *rproc
@@ -321,6 +331,7 @@ func (registerProcMsg) isClientMsg()    {}
 func (forgetProcMsg) isClientMsg()      {}
 func (subscribeRemoteMsg) isClientMsg() {}
 func (catchUpMsg) isClientMsg()         {}
+func (holeReadFailedMsg) isClientMsg()  {}
 func (dropHistMsg) isClientMsg()        {}
 
 type callResult struct {
@@ -492,6 +503,8 @@ func (st *clientState) run() {
 			m.reply <- st.subscribe(m.id)
 		case catchUpMsg:
 			st.catchUp(m.id, m.res)
+		case holeReadFailedMsg:
+			st.holeLost(m.id, m.err)
 		case dropHistMsg:
 			if rp := st.procs[m.id]; rp == m.rp {
 				rp.hist, rp.histSize, rp.histFrom = nil, 0, 0
