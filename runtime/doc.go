@@ -143,9 +143,13 @@
 // closed) and recovers a lagged or late subscriber from it before it asks
 // the server; a subscriber further behind than that, on a server that has
 // already forgotten the process, ends with an EventFailed (reported, not
-// silent). A Client's
-// requests go through one bounded queue (256) to its writer; callers wait
-// with their ctx. A Cmd's copy to a blocking Stdout or Stderr holds only
-// its own stream back: it lags and re-reads retention, and output evicted
-// meanwhile makes Wait return ErrOutputLost (never silently). The server side's policies are in package actors.
+// silent). A Client's requests go through one bounded queue (256) to its
+// writer; callers wait with their ctx. A Client holds notifications that
+// arrive ahead of a missing seq in a reorder buffer (65 536 per process);
+// when it is full, it reads the hole back with process/read instead of
+// dropping or stalling, and what the server no longer retains arrives as
+// an EventGap (a reported, typed loss). A Cmd's copy to a blocking Stdout
+// or Stderr holds only its own stream back: it lags and re-reads
+// retention, and output evicted meanwhile makes Wait return ErrOutputLost
+// (never silently). The server side's policies are in package actors.
 package runtime
