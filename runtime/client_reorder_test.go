@@ -88,3 +88,4 @@ func TestClientReorderOverflowReportsEvictedHole(t *testing.T) {
 	s.closed("p", 7)
 	wantEvent(t, st, EventClosed, 7, "")
 }
+

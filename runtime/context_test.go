@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/wire"
 )
 
 // A Start whose ctx has ended returns ctx's error and leaves nothing
@@ -66,4 +69,30 @@ func TestOptionsValidated(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// A Start whose ctx ends while the server is starting the process
+// returns ctx's error, and the process the server started anyway is
+// terminated once its answer comes: nothing is left running.
+func TestClientStartGivenUpTerminates(t *testing.T) {
+	c, s, _ := fakeClient(t, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Start(ctx, fakeSpec("p"))
+		errc <- err
+	}()
+	m := s.request(wire.MethodProcessStart)
+	cancel()
+	if err := <-errc; err != context.Canceled {
+		t.Fatalf("Start = %v; want context.Canceled", err)
+	}
+	s.reply(m.ID, map[string]any{"processId": "p"})
+	term := s.request(wire.MethodProcessTerminate)
+	var p wire.TerminateParams
+	_ = json.Unmarshal(term.Params, &p)
+	if p.ProcessID != "p" || p.GraceMs != nil {
+		t.Fatalf("terminate %+v; want p with grace 0", p)
+	}
+	s.reply(term.ID, wire.TerminateResult{Running: true})
 }
