@@ -88,4 +88,3 @@ func TestClientReorderOverflowReportsEvictedHole(t *testing.T) {
 	s.closed("p", 7)
 	wantEvent(t, st, EventClosed, 7, "")
 }
-
