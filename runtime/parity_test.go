@@ -284,6 +284,31 @@ var parityCases = []parityCase{
 	}, want: []string{"read ErrUnknownProcess", "write ErrUnknownProcess", "close stdin ErrUnknownProcess", "resize ErrUnknownProcess",
 		"signal nil", "terminate running=false nil", "wait exit status 0 nil"}},
 
+	{name: "attach by id", run: func(t *testing.T, ctx context.Context, b Backend, o *obs) {
+		spec := sh(t, `echo one; read x; echo "two $x"; exit 2`)
+		spec.ID, spec.PipeStdin = "job", true
+		p, err := b.Start(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitOut(t, ctx, p)
+		_, err = b.(Attacher).Attach(ctx, "nope")
+		o.add("attach unknown %s", errName(err))
+		q, err := b.(Attacher).Attach(ctx, "job")
+		o.add("attach %s", errName(err))
+		s, _ := q.Events(ctx)
+		if ev, err := s.Next(ctx); err == nil {
+			o.add("first %d %q", ev.Seq, ev.Data)
+		}
+		o.add("write %s", errName(q.Write(ctx, []byte("x\n"))))
+		for _, e := range collect(t, ctx, s) {
+			o.add("event %d %s %q %d", e.seq, e.kind, e.data, e.code)
+		}
+		st, err := q.Wait(ctx)
+		o.add("wait %s %s", st, errName(err))
+	}, want: []string{"attach unknown ErrUnknownProcess", "attach nil", `first 1 "one\n"`, "write nil",
+		`event 2 output "two x\n" 0`, `event 3 exited "" 2`, `event 4 closed "" 0`, "wait exit status 2 nil"}},
+
 	{name: "start errors and duplicate id", run: func(t *testing.T, ctx context.Context, b Backend, o *obs) {
 		spec := sh(t, `exec sleep 1000`)
 		spec.ID = "dup"
