@@ -29,7 +29,7 @@ const (
 	connInflightCap = 4096
 	// DefaultOutboundQueueBytes is a connection's outbound queue budget when
 	// the configuration sets none.
-	DefaultOutboundQueueBytes = 1 << 20
+	DefaultOutboundQueueBytes = 256 << 10
 	// connFlushTimeout bounds the last flush when the connection ends
 	// (what is already queued for the client; nothing new is awaited).
 	connFlushTimeout = 250 * time.Millisecond

@@ -104,8 +104,10 @@ func TestBudgetDefaults(t *testing.T) {
 	if mem := (Config{RetainBytes: DefaultRetainBytes}.budgets(Machine{OpenFiles: 1 << 20, OpenNow: 10, MemoryBytes: 24 << 30})); mem.MaxProcesses != 5782 {
 		t.Errorf("MaxProcesses %d with a million descriptors; want 5782 (memory: 12 GiB / 2.125 MiB)", mem.MaxProcesses)
 	}
-	if b.MaxConnections != 3072 {
-		t.Errorf("MaxConnections %d; want 3072 (3 GiB of outbound queues / 1 MiB)", b.MaxConnections)
+	// Three quarters of the descriptors would allow 14968; 3 GiB of
+	// outbound queues at 256 KiB each allow 12288, the tighter bound.
+	if b.MaxConnections != 12288 || b.MaxOpenFiles*3/4 <= 12288 {
+		t.Errorf("MaxConnections %d; want 12288 (3 GiB of outbound queues / 256 KiB)", b.MaxConnections)
 	}
 	small := Config{RetainBytes: DefaultRetainBytes}.budgets(Machine{OpenFiles: 256, OpenNow: 12, MemoryBytes: 64 << 30})
 	if small.MaxOpenFiles != 212 || small.FDReserve != 32 || small.MaxProcesses != (212-32)/6 {

@@ -93,6 +93,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	sandbox := fs.String("sandbox", "none", "start every process under this sandbox: none, read-only or workspace-write (cwd / as the root); figures are labelled")
 	tokenFile := fs.String("token-file", "", "with --connect: file holding the server's bearer token (or set RUNTIMED_AUTH_TOKEN)")
 	caFile := fs.String("ca", "", "with --connect wss://: PEM certificate(s) to trust (default: the system roots)")
+	vs := fs.String("vs", "", "with --spawn: also start this server (the reference exec-server) and time figure d on both, interleaved, with ratios")
+	echo := fs.Bool("echo", false, "with --spawn: also time figure d on a bare Go websocket JSON-RPC echo server (this binary), interleaved, with ratios")
+	serveEchoMode := fs.Bool("serve-echo", false, "serve the bare echo server used by --echo (prints its URL)")
 	if code, done := parseArgs(fs, args); done {
 		return code
 	}
@@ -104,6 +107,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stopProfile()
 	}
+	if *serveEchoMode {
+		return serveEcho(stdout, stderr)
+	}
 	if (*connect == "") == (*spawn == "") {
 		fmt.Fprintln(stderr, "runtimed bench: give exactly one of --connect URL or --spawn 'CMD'")
 		return 2
@@ -111,6 +117,13 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 
+	if *vs != "" || *echo {
+		if *spawn == "" || *stdio {
+			fmt.Fprintln(stderr, "runtimed bench: --vs and --echo need --spawn 'CMD' (websocket)")
+			return 2
+		}
+		return compareCmd(ctx, o, *spawn, *vs, *echo, *jsonOut, stdout, stderr)
+	}
 	var dial func(ctx context.Context) (wire.Transport, error)
 	srvURL := *connect
 	if *spawn != "" {

@@ -49,7 +49,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	supervise := fs.String("supervise", "", "keep the services described in this JSON file running (see docs or runtime.LoadServices); they show in process/list")
 	maxConns := fs.Int("max-connections", 0, "open connections allowed (0: derived from RLIMIT_NOFILE and memory; -1: unlimited)")
 	maxProcsTotal := fs.Int("max-processes-total", 0, "active processes allowed server-wide (0: derived from RLIMIT_NOFILE and memory; -1: unlimited)")
-	maxOpenFiles := fs.Int("max-open-files", 0, "descriptors connections (2 each) and processes (6 each) may hold (0: RLIMIT_NOFILE less what the server uses; -1: unlimited)")
+	maxOpenFiles := fs.Int("max-open-files", 0, "descriptors connections (1 each) and processes (6 each) may hold (0: RLIMIT_NOFILE less what the server uses; -1: unlimited)")
 	fdReserve := fs.Int("fd-reserve", 0, "part of --max-open-files kept for new connections and first starts (0: 1/16, between 32 and 1024)")
 	maxRetained := fs.Int64("max-retained-bytes", 0, "output memory all processes may hold, each its retention plus read-ahead while running (0: half of memory; -1: unlimited)")
 	maxOutbound := fs.Int64("max-outbound-bytes", 0, "outbound queue memory of all connections (0: an eighth of memory; -1: unlimited)")
