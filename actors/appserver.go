@@ -95,6 +95,10 @@ func (c *conn) spawnApp(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
 		return
 	}
+	if werr := c.sup.AllowCwd(p.Cwd); werr != nil { // --fs-root: the cwd too
+		c.reply(msg.ID, nil, werr)
+		return
+	}
 	if _, ok := c.appLookup(p.ProcessHandle); ok {
 		c.reply(msg.ID, nil, wire.ErrDuplicateHandle(p.ProcessHandle))
 		return

@@ -449,7 +449,7 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
 		return
 	}
-	if werr := c.sup.cfg.FsRoots.Allow(p.Cwd); werr != nil { // --fs-root: the cwd too
+	if werr := c.sup.AllowCwd(p.Cwd); werr != nil { // --fs-root: the cwd too
 		c.reply(msg.ID, nil, werr)
 		return
 	}

@@ -46,6 +46,7 @@ func NewLocal(cfg Config) *Local {
 	iso := newIsolation(cfg)
 	scfg := supervisorConfig(cfg, iso)
 	scfg.Budgets = cfg.budgets(ProbeMachine())
+	scfg.FsRoots = roots // process cwds too
 	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), maxProcs: cfg.MaxProcesses}
 }
 
@@ -85,6 +86,9 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		return nil, rpcErr(werr)
 	}
 	as.Limits = actors.LimitsFrom(spec.Limits.wire())
+	if werr := l.sup.AllowCwd(as.Dir); werr != nil { // Config.FsRoots: the cwd too
+		return nil, rpcErr(werr)
+	}
 	l.mu.Lock()
 	if ref, ok := l.procs[spec.ID]; ok && (ref == nil || ref.Alive()) { // nil: another Start is spawning it
 		l.mu.Unlock()
