@@ -25,6 +25,11 @@
 //	out, err := runtime.Command(b, "uname", "-a").Output()
 //	var ee *runtime.ExitError // errors.As: ran and failed
 //
+// [Attacher]: both backends hand out a handle on a process by id; a Client
+// that resumed a detached session (ClientOptions.ResumeSessionID) attaches
+// to the processes another connection started, its Events starting at
+// seq 1 from retained output (what `runtimed attach` does).
+//
 // A Server is used like net/http's: NewServer(cfg), Serve(listener) or
 // ServeTransport(t, resumable), Shutdown(ctx) to stop gracefully, Close to
 // stop now. Shutdown stops accepting, terminates every process tree
