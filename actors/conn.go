@@ -462,6 +462,10 @@ func (c *conn) start(msg wire.Message) {
 		return
 	}
 	if p.EnvPolicy != nil {
+		if e := checkEnvInherit(p.EnvPolicy.Inherit); e != nil {
+			c.reply(msg.ID, nil, e)
+			return
+		}
 		if e := checkEnvNames("envPolicy.set", p.EnvPolicy.Set); e != nil {
 			c.reply(msg.ID, nil, e)
 			return

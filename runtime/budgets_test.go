@@ -83,6 +83,28 @@ func TestBackendEnvNames(t *testing.T) {
 				t.Errorf("envPolicy.set name %q: %v", name, err)
 			}
 		}
+		// envPolicy.inherit is one of all, core, none (absent: all).
+		for _, inherit := range []string{"some", "ALL", " all"} {
+			spec := sh(t, "exit 0")
+			spec.EnvPolicy = &EnvPolicy{Inherit: inherit}
+			_, err := b.Start(ctx, spec)
+			var re *RPCError
+			want := "invalid field `envPolicy.inherit`: unknown variant `" + inherit + "`, expected one of `all`, `core`, `none`"
+			if !errors.As(err, &re) || re.Code != wire.CodeInvalidParams || re.Message != want {
+				t.Errorf("envPolicy.inherit %q: %v; want -32602 %s", inherit, err, want)
+			}
+		}
+		for _, inherit := range []string{"", "all", "core", "none"} {
+			spec := sh(t, "exit 0")
+			spec.EnvPolicy = &EnvPolicy{Inherit: inherit}
+			p, err := b.Start(ctx, spec)
+			if err != nil {
+				t.Fatalf("envPolicy.inherit %q: %v", inherit, err)
+			}
+			if st, err := p.Wait(ctx); err != nil || st.Code != 0 {
+				t.Fatalf("envPolicy.inherit %q: %v %v", inherit, st, err)
+			}
+		}
 	})
 }
 

@@ -171,6 +171,9 @@ func actorSpec(spec Spec) (actors.Spec, error) {
 		return actors.Spec{}, rpcErr(e)
 	}
 	if spec.EnvPolicy != nil {
+		if e := actors.CheckEnvInherit(spec.EnvPolicy.Inherit); e != nil {
+			return actors.Spec{}, rpcErr(e)
+		}
 		if e := actors.CheckEnvNames("envPolicy.set", spec.EnvPolicy.Set); e != nil {
 			return actors.Spec{}, rpcErr(e)
 		}
