@@ -59,10 +59,10 @@ func (g *gatedTransport) WriteMessage(ctx context.Context, msg []byte) error {
 	defer g.writing.Add(-1)
 	select {
 	case <-open:
-	case <-g.closed:
-		return errMemClosed
-	case <-g.peerClose:
-		return errMemClosed
+	case <-g.Closed():
+		return wire.ErrClosed
+	case <-g.PeerClosed():
+		return wire.ErrClosed
 	}
 	return g.memTransport.WriteMessage(ctx, msg)
 }
