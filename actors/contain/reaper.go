@@ -102,6 +102,9 @@ type tree struct {
 	rootFD int    // pidfd on the root, -1 once released
 	start  uint64 // the root's start time (ticks)
 	sids   map[int]bool
+	// killed: Kill ended the tree; it can no longer own a new orphan
+	// (one found later is killed), nor make others wait for it.
+	killed bool
 }
 
 // orphan is an adopted child of this process (its parent died).
@@ -286,6 +289,8 @@ func (r *reaper) handle(req reapReq) {
 	case reqKill:
 		if r.trees[t] {
 			r.killTree(t)
+			t.killed = true
+			r.cull() // orphans this tree was the last candidate for die now
 		}
 	case reqRelease:
 		if !r.trees[t] {
@@ -372,9 +377,9 @@ func (r *reaper) cull() {
 
 func (r *reaper) doomed(o *orphan) bool {
 	if o.owner != nil {
-		return !r.trees[o.owner]
+		return !r.trees[o.owner] || o.owner.killed
 	}
-	return !r.anyCandidate(o.start) && r.bornInPast(o.start)
+	return !r.anyCandidate(o.start) && r.bornInEndedTree(o.start)
 }
 
 // scan reaps exited orphans and records and attributes new live ones.
@@ -453,11 +458,11 @@ func (r *reaper) scan() {
 	}
 }
 
-// anyCandidate reports whether a live tree could own a process started at
+// anyCandidate reports whether a live (not killed) tree could own a process started at
 // start (its root started no later).
 func (r *reaper) anyCandidate(start uint64) bool {
 	for t := range r.trees {
-		if t.start <= start {
+		if !t.killed && t.start <= start {
 			return true
 		}
 	}
@@ -483,9 +488,14 @@ func (r *reaper) remember(s span) {
 	}
 }
 
-// bornInPast reports whether a process started at start was born while a
-// released tree lived.
-func (r *reaper) bornInPast(start uint64) bool {
+// bornInEndedTree reports whether a process started at start was born
+// while a tree that has ended (killed, or released) lived.
+func (r *reaper) bornInEndedTree(start uint64) bool {
+	for t := range r.trees {
+		if t.killed && t.start <= start {
+			return true
+		}
+	}
 	for _, s := range r.past {
 		if s.from <= start && start <= s.to {
 			return true
@@ -514,7 +524,7 @@ func (r *reaper) onlyCandidate(t *tree, start uint64) bool {
 		return false
 	}
 	for u := range r.trees {
-		if u != t && u.start <= start {
+		if u != t && !u.killed && u.start <= start {
 			return false
 		}
 	}
