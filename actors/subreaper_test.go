@@ -229,7 +229,9 @@ func TestSubreaperTerminate(t *testing.T) {
 	c := startConn(t, sup, true)
 	pids := startEscapes(t, c, "tree")
 	mustOK(t, c.call("process/terminate", map[string]any{"processId": "tree"}))
-	c.waitNote(func(m map[string]any) bool { return m["method"] == "process/closed" && params(m)["processId"] == "tree" })
+	c.waitNote(func(m map[string]any) bool {
+		return m["method"] == "process/closed" && params(m)["processId"] == "tree"
+	})
 	allGone(t, "process/terminate", pids)
 }
 
