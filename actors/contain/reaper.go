@@ -51,14 +51,18 @@ import (
 // carries the root's session id; the kernel does not reuse a pid while
 // it names a session, so that match is exact. The session of every
 // member the reaper has seen (walking /proc/<pid>/task/*/children from
-// the root and from the tree's orphans) is recorded too. An orphan whose
-// session is unknown (it called setsid and its parent exited before the
-// reaper saw it) could belong to any tree whose root started no later
-// than it did: it is killed with a tree when that tree is the only such
-// live tree, and otherwise as soon as none of them is live. With one
-// tree at a time this is exact; with concurrent trees, such an orphan may
-// outlive its own tree until the older trees that started before it end
-// (documented in ARCHITECTURE.md and docs/operations.md).
+// the root and from the tree's orphans) is recorded too, and an orphan
+// is attributed when it is first seen, so one adopted before it called
+// setsid stays attributed. An orphan whose session is unknown (it called
+// setsid and its parent exited before the reaper saw it) could belong to
+// any tree whose root started no later than it did (start times have a
+// granularity of 10 ms): it is killed with a tree when that is the only
+// such live tree, and otherwise as soon as none of them is live (killed
+// or released). With one tree at a time this is exact; with concurrent
+// trees such an orphan may outlive its own tree until the older trees
+// end (docs/operations.md says so). An orphan born while no tree lived
+// is not a tree's (an embedding program's own child left it): it is
+// reaped when it exits, never killed.
 //
 // Killing is freeze, then kill: every member found is sent SIGSTOP (a
 // stopped process cannot fork), the walk repeats until it finds no new

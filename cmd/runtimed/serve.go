@@ -47,7 +47,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defaultSandbox := fs.String("default-sandbox", "", "confine starts that carry no sandbox: read-only or workspace-write (project root = the start's cwd); empty: run them unconfined")
 	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
 	supervise := fs.String("supervise", "", "keep the services described in this JSON file running (see docs or runtime.LoadServices); they show in process/list")
-	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible) or pgroup")
+	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible, else subreaper), subreaper (the daemon adopts and kills orphaned descendants) or pgroup (process groups only)")
 	nf := registerNetFlags(fs)
 	var origins, fsRoots stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
@@ -117,8 +117,10 @@ pair. Operator's guide: docs/operations.md.`)
 	case "auto":
 	case "pgroup":
 		cfg.Containment = runtime.ContainProcessGroup
+	case "subreaper":
+		cfg.Containment = runtime.ContainSubreaper
 	default:
-		fmt.Fprintf(stderr, "runtimed serve: --containment %q: expected auto or pgroup\n", *containment)
+		fmt.Fprintf(stderr, "runtimed serve: --containment %q: expected auto, subreaper or pgroup\n", *containment)
 		return 2
 	}
 	if *defaultSandbox != "" && *defaultSandbox != "read-only" && *defaultSandbox != "workspace-write" {
