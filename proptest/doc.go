@@ -22,10 +22,11 @@
 //
 // Files: imports_test.go (package layering), ring_test.go (retention),
 // process_test.go (the process actor against a model, with a fake
-// Session, on the stepped clock of clock_test.go), failure_test.go (transport failure, resume, writeId retry),
-// real_test.go (real children over a real websocket), fuzz_test.go and
-// fuzz.sh (wire decoding), client_test.go (the test client and history
-// checker shared by the last two), regression_test.go.
+// Session, on the stepped clock of clock_test.go), failure_test.go
+// (transport failure, resume, writeId retry), real_test.go (real children
+// over a real websocket), fuzz_test.go and fuzz.sh (wire decoding),
+// client_test.go (the test client and history checker shared by the last
+// two), regression_test.go.
 //
 // # Concurrency
 //

@@ -391,13 +391,27 @@ func (r *reaper) scan() {
 	seen := map[int]bool{}
 	var unknown []proc
 	for _, pid := range childrenOf("self") {
+		seen[pid] = true
+		// Known processes are checked through their pidfds (one system
+		// call, no /proc read): while a pidfd is not reaped, its pid
+		// names that process.
+		if t := r.roots[pid]; t != nil && t.rootFD >= 0 && pidfdAlive(t.rootFD) {
+			continue // its process actor waits for it
+		}
+		if o := r.orphans[pid]; o != nil {
+			if pidfdAlive(o.fd) {
+				if pidfdReap(o.fd) { // it exited
+					unix.Close(o.fd)
+					delete(r.orphans, pid)
+				}
+				continue
+			}
+			unix.Close(o.fd) // reaped; the pid names another process now
+			delete(r.orphans, pid)
+		}
 		st, ok := readStat(pid)
 		if !ok || st.ppid != r.self {
 			continue
-		}
-		seen[pid] = true
-		if t := r.roots[pid]; t != nil && t.start == st.start {
-			continue // its process actor waits for it
 		}
 		if d := r.direct[pid]; d != nil && d.start == st.start {
 			if st.state != 'Z' {
@@ -407,13 +421,6 @@ func (r *reaper) scan() {
 				continue // its waiter reaps it
 			}
 			delete(r.direct, pid) // abandoned? classify afresh below
-		}
-		if o := r.orphans[pid]; o != nil && o.start == st.start {
-			if st.state == 'Z' && pidfdReap(o.fd) {
-				unix.Close(o.fd)
-				delete(r.orphans, pid)
-			}
-			continue
 		}
 		// Bind the pid to one process before anything else.
 		fd := pidfdOpen(pid)
