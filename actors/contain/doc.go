@@ -13,9 +13,9 @@
 // Where no cgroup can be had, the process becomes a child subreaper
 // (ModeSubreaper, reaper.go): orphaned descendants are reparented to it,
 // reaped when they exit, attributed to their tree and frozen and killed
-// with it. Only where that cannot be had either (no pidfds) are trees
-// contained by process group (ModePgroup: descendants that leave the
-// group escape). Without a cgroup, memory falls back to RLIMIT_AS per
+// with it. Only where that cannot be had either (no pidfds, no /proc)
+// are trees contained by process group (ModePgroup: descendants that
+// leave the group escape). Without a cgroup, memory falls back to RLIMIT_AS per
 // process, and a pids limit is refused (RLIMIT_NPROC counts the whole
 // user, not the tree).
 //

@@ -220,6 +220,15 @@ func startReaper() (*reaper, error) {
 		return nil, fmt.Errorf("%w: pidfd_open does not work here", errNoSubreaper)
 	}
 	unix.Close(fd)
+	// The reaper reads /proc: a process's stat, and the children of each
+	// thread (CONFIG_PROC_CHILDREN). An empty root or a kernel without
+	// them leaves process groups.
+	if _, ok := readStat(os.Getpid()); !ok {
+		return nil, fmt.Errorf("%w: /proc is not mounted", errNoSubreaper)
+	}
+	if _, err := os.ReadFile("/proc/thread-self/children"); err != nil {
+		return nil, fmt.Errorf("%w: %v", errNoSubreaper, err)
+	}
 	var was int32
 	_ = unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&was)), 0, 0, 0)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -413,7 +422,9 @@ func (r *reaper) scan() {
 		if !ok || st.ppid != r.self {
 			continue
 		}
-		if d := r.direct[pid]; d != nil && d.start == st.start {
+		if d := r.direct[pid]; d != nil && d.start != st.start {
+			delete(r.direct, pid) // reaped by its waiter; the pid was reused
+		} else if d != nil {
 			if st.state != 'Z' {
 				continue
 			}
