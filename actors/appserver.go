@@ -36,7 +36,12 @@ type appProc struct {
 	cap       uint64 // 0: no cap
 	out       [2]appStream
 	exitCode  int
+	charged   int64 // buffered output charged to the retained-output budget
 }
+
+// appChargeStep is how much buffered output an adapter charges to the
+// retained-output budget at a time.
+const appChargeStep = 1 << 20
 
 type appStream struct {
 	buf        []byte
@@ -90,21 +95,31 @@ func (c *conn) spawnApp(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
 		return
 	}
+	if werr := c.sup.AllowCwd(p.Cwd); werr != nil { // --fs-root: the cwd too
+		c.reply(msg.ID, nil, werr)
+		return
+	}
 	if _, ok := c.appLookup(p.ProcessHandle); ok {
 		c.reply(msg.ID, nil, wire.ErrDuplicateHandle(p.ProcessHandle))
 		return
 	}
-	if max := c.sup.cfg.MaxProcesses; max > 0 {
-		n := 0
-		for h := range c.apps {
-			if _, ok := c.appLookup(h); ok {
-				n++
-			}
+	active := 0
+	for h := range c.apps {
+		if _, ok := c.appLookup(h); ok {
+			active++
 		}
-		if n >= max {
-			c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
-			return
-		}
+	}
+	if max := c.sup.cfg.MaxProcesses; max > 0 && active >= max {
+		c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
+		return
+	}
+	names := make(map[string]string, len(p.Env))
+	for k := range p.Env {
+		names[k] = ""
+	}
+	if e := checkEnvNames("env", names); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
 	}
 	// The environment is the server's own, with env laid over it; null unsets.
 	set := map[string]string{}
@@ -136,9 +151,10 @@ func (c *conn) spawnApp(msg wire.Message) {
 		cap:         capBytes,
 	}
 	// Internal ids keep the dialect's handles apart from process/start ids.
-	ref, err := c.sup.Spawn("app:"+p.ProcessHandle, spec, &Subscriber{Out: a.events, Done: c.ctx.Done()})
+	c.outbound()
+	ref, err := c.sup.SpawnCharged("app:"+p.ProcessHandle, spec, &Subscriber{Out: a.events, Done: c.ctx.Done()}, active)
 	if err != nil {
-		c.reply(msg.ID, nil, wire.Errorf(spawnErrorCode(err), "%s", err.Error()))
+		c.reply(msg.ID, nil, SpawnWireError(err))
 		return
 	}
 	a.ref = ref
@@ -153,6 +169,11 @@ func (c *conn) spawnApp(msg wire.Message) {
 // finds it free.
 func (c *conn) runApp(a *appProc) {
 	defer c.recoverPanic("app-server adapter", nil)
+	defer func() {
+		if a.charged > 0 {
+			c.sup.release(charge{retained: a.charged})
+		}
+	}()
 	released := false
 	defer func() {
 		if !released {
@@ -202,6 +223,9 @@ func (a *appProc) output(c *conn, ev Event) {
 		data = data[:a.cap-s.sent]
 		s.capReached = true
 	}
+	if !a.streaming {
+		data = a.chargeBuffered(c, s, data)
+	}
 	s.sent += uint64(len(data))
 	if a.streaming {
 		if len(data) > 0 || s.capReached {
@@ -210,19 +234,6 @@ func (a *appProc) output(c *conn, ev Event) {
 		return
 	}
 	s.buf = append(s.buf, data...)
-}
-
-// notify queues a notification for the writer.
-func (c *conn) notify(method string, params any) {
-	b, err := wire.AppendNotification(nil, method, params)
-	if err != nil {
-		c.log.Error("encoding notification", zap.String("method", method), zap.Error(err))
-		return
-	}
-	select {
-	case c.responses <- b:
-	case <-c.ctx.Done():
-	}
 }
 
 func (c *conn) writeStdinApp(msg wire.Message) {
@@ -344,4 +355,28 @@ func (c *conn) app(msg wire.Message, handle string) (*appProc, bool) {
 		c.reply(msg.ID, nil, wire.ErrNoActiveHandle(handle))
 	}
 	return a, ok
+}
+
+// chargeBuffered charges buffered output to the server's retained-output
+// budget before it is kept (appChargeStep at a time), so that
+// outputBytesCap null cannot grow a connection's memory without bound:
+// when the budget refuses, the stream is cut there and reported as
+// capReached, as a cap would.
+func (a *appProc) chargeBuffered(c *conn, s *appStream, data []byte) []byte {
+	need := int64(len(a.out[0].buf)+len(a.out[1].buf)+len(data)) - a.charged
+	for need > 0 {
+		berr, err := c.sup.acquire(c.ctx, charge{retained: appChargeStep}, false)
+		if err != nil || berr != nil {
+			room := max(0, a.charged-int64(len(a.out[0].buf)+len(a.out[1].buf)))
+			data = data[:min(int64(len(data)), room)]
+			s.capReached = true
+			if berr != nil {
+				c.log.Warn("app-server output cut by the retained-output budget", zap.String("handle", a.handle), zap.Error(berr))
+			}
+			return data
+		}
+		a.charged += appChargeStep
+		need -= appChargeStep
+	}
+	return data
 }

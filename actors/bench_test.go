@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -164,5 +165,57 @@ func BenchmarkStreamThroughActor(b *testing.B) {
 		}
 		b.ReportMetric(float64(total)/float64(chunks), "B/chunk")
 		_ = ref.Discard(context.Background())
+	}
+}
+
+// BenchmarkConnRequest measures one small request through a connection
+// actor over an in-memory transport (no network): decode, dispatch, the
+// process actor's hop for process/read, encode. It is the server's part of
+// figure (d) of runtimed bench.
+func BenchmarkConnRequest(b *testing.B) {
+	sup := NewSupervisor(Config{
+		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL: time.Second,
+		Logger:    zap.NewNop(),
+	})
+	defer func() { sup.Kill(); _ = sup.Wait(context.Background()) }()
+	client, server := memPipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { defer close(served); _ = sup.ServeConn(ctx, server, ConnOptions{}) }()
+	defer func() { cancel(); client.Close(); <-served }()
+	call := func(req string) []byte {
+		if err := client.WriteMessage(ctx, []byte(req)); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			m, err := client.ReadMessage(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !bytes.Contains(m, []byte(`"method"`)) {
+				return m
+			}
+		}
+	}
+	call(`{"id":1,"method":"initialize","params":{"clientName":"bench"}}`)
+	if err := client.WriteMessage(ctx, []byte(`{"method":"initialized","params":{}}`)); err != nil {
+		b.Fatal(err)
+	}
+	if r := call(`{"id":2,"method":"process/start","params":{"processId":"p","argv":["sleep","1000"],"cwd":"/"}}`); !bytes.Contains(r, []byte(`"result"`)) {
+		b.Fatalf("start: %s", r)
+	}
+	for _, c := range []struct{ name, req string }{
+		{"status", `{"id":3,"method":"environment/status","params":{}}`},
+		{"read", `{"id":4,"method":"process/read","params":{"processId":"p","afterSeq":0,"waitMs":0}}`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if r := call(c.req); !bytes.Contains(r, []byte(`"result"`)) {
+					b.Fatalf("%s", r)
+				}
+			}
+		})
 	}
 }

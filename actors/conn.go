@@ -8,10 +8,9 @@ import (
 	"io"
 	"net/url"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -22,21 +21,17 @@ import (
 
 // Queue capacities of the connection actor (see doc.go, Backpressure).
 const (
-	// connEventsCap bounds events waiting for the writer, shared by all of the
-	// connection's processes. A full queue makes process actors wait (they stop
-	// reading their children); nothing is dropped while the connection lives.
-	connEventsCap = 256
-	// connResponsesCap bounds encoded responses waiting for the writer; a full
-	// queue blocks whoever produced the response (the reader or a waiter).
-	connResponsesCap = 256
 	// connFsQueueCap bounds fs requests waiting for the connection's fs
 	// worker; a full queue makes the reader wait (ctx-bounded).
 	connFsQueueCap = 64
 	// connInflightCap bounds requests answered later (long polls, writes); the
 	// reader stops reading when it is reached.
 	connInflightCap = 4096
-	// connFlushTimeout bounds the writer's last flush when the connection
-	// ends (what is already queued for the client; nothing new is awaited).
+	// DefaultOutboundQueueBytes is a connection's outbound queue budget when
+	// the configuration sets none.
+	DefaultOutboundQueueBytes = 256 << 10
+	// connFlushTimeout bounds the last flush when the connection ends
+	// (what is already queued for the client; nothing new is awaited).
 	connFlushTimeout = 250 * time.Millisecond
 )
 
@@ -47,6 +42,7 @@ const (
 	ReasonTransportLost Reason = iota + 1 // the peer went away or the transport failed
 	ReasonProtocol                        // the peer broke the protocol (e.g. a response from the client)
 	ReasonShutdown                        // the server is stopping
+	ReasonSlowConsumer                    // the outbound queue made no progress for the slow-consumer timeout
 	ReasonInternal                        // a recovered panic in one of the connection's goroutines
 )
 
@@ -58,6 +54,8 @@ func (r Reason) String() string {
 		return "protocol violation"
 	case ReasonShutdown:
 		return "server shutdown"
+	case ReasonSlowConsumer:
+		return "slow consumer"
 	case ReasonInternal:
 		return "internal error"
 	}
@@ -82,6 +80,7 @@ func (e *ConnError) Unwrap() error { return e.Err }
 type ConnOptions struct {
 	// Resumable: a dropped connection detaches its session for the detach
 	// TTL (websocket). Otherwise its end terminates the processes (stdio).
+	// Only a resumable connection is closed as a slow consumer.
 	Resumable bool
 	Logger    *zap.Logger
 	// MaxMessageBytes is the transport's inbound limit, quoted in the
@@ -99,71 +98,128 @@ const (
 
 // conn is the connection actor.
 //
-// Immutable: sup, t, opts, log, ctx, fail, events, responses, inflight, wtok.
+// Immutable: sup, t, opts, log, ctx, fail, final, budget and the channels.
 // Owned by the reader (ServeConn's goroutine): hs, session, apps, fsq's
-// creation. The fs worker owns the fs/open handles.
+// creation. The fs worker owns the fs/open handles. The queue goroutine
+// owns the outbound fifo and its byte count (outbound.go); msgsOut is
+// written by whoever writes and read by the queue's watchdog.
 // The transport's write side is owned by whoever holds wtok's token: the
-// writer goroutine while it drains the queues, or a goroutine answering a
-// request when the token is free (it never waits for it).
+// queue goroutine (lending it to the writer goroutine) while anything is
+// queued, or a goroutine answering a request when the token is free (it
+// never waits for it).
 type conn struct {
-	sup  *Supervisor
-	t    wire.Transport
-	opts ConnOptions
-	log  *zap.Logger
+	sup    *Supervisor
+	t      wire.Transport
+	opts   ConnOptions
+	log    *zap.Logger
+	budget int // outbound queue bytes
 
 	ctx  context.Context
 	fail context.CancelCauseFunc // the latch
+	// final bounds the last flush: it ends connFlushTimeout after the
+	// latch fires (a peer that does not read gets nothing more).
+	final context.Context
 
-	events    chan Event
-	responses chan []byte
+	events    chan Event      // unbuffered: process actors and the http streams, into the queue
+	responses chan outItem    // unbuffered: replies and notifications, into the queue
+	batches   chan []outItem  // queue -> writer (cap 1)
+	written   chan writtenMsg // writer -> queue (cap 1)
+	msgsOut   atomic.Uint64   // messages written (the watchdog's progress when the transport cannot count bytes)
+	queued    atomic.Bool     // the queue goroutine was started (set by the reader, read by the closer)
+	outDone   chan struct{}   // closed when the queue goroutine and its writer have ended
 	inflight  chan struct{}
 	// wtok is the write side of the transport: whoever holds its one token
-	// may write (the writer goroutine for queued work; the reader or a
-	// waiter for a response when nobody holds it, without ever waiting).
+	// may write (the queue goroutine and its writer for queued work; the
+	// reader or a waiter for a response when nobody holds it, without
+	// ever waiting).
 	wtok chan struct{}
 	wg   sync.WaitGroup
 
-	hs      handshake
-	session *SessionTable
-	apps    map[string]*appProc // app-server dialect handles of this connection
-	fsq     chan wire.Message   // to the fs worker, started on the first fs request
-	httpm   *httpManager        // the http manager, started on the first http/request
-	cur     curRequest          // the request being handled (metrics, logs)
+	hs       handshake
+	queueing bool // the queue goroutine runs (started by the reader: outbound)
+	session  *SessionTable
+	apps     map[string]*appProc // app-server dialect handles of this connection
+	fsq      chan wire.Message   // to the fs worker, started on the first fs request
+	httpm    *httpManager        // the http manager, started on the first http/request
+	cur      curRequest          // the request being handled (metrics, logs)
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
 // ctx is cancelled, then detaches or discards its session. It returns the
-// latched cause.
+// latched cause. A connection the budgets refuse is told why (an error
+// with id null, then a close frame with 1008) and ended at once; the error
+// is then a *BudgetError.
 func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnOptions) error {
 	if opts.Logger == nil {
 		opts.Logger = s.log
 	}
+	release, err := s.AcquireConnection(ctx)
+	if err != nil {
+		refuse(ctx, t, err)
+		return err
+	}
+	defer release()
+	budget := s.cfg.Budgets.OutboundQueueBytes
+	if budget <= 0 {
+		budget = DefaultOutboundQueueBytes
+	}
 	cctx, fail := context.WithCancelCause(ctx)
+	final, cut := context.WithCancel(context.WithoutCancel(ctx))
+	defer cut()
+	stopCut := context.AfterFunc(cctx, func() { time.AfterFunc(connFlushTimeout, cut) })
+	defer stopCut()
 	c := &conn{
 		sup:       s,
 		t:         t,
 		opts:      opts,
 		log:       opts.Logger,
+		budget:    budget,
 		ctx:       cctx,
 		fail:      fail,
-		events:    make(chan Event, connEventsCap),
-		responses: make(chan []byte, connResponsesCap),
+		final:     final,
+		outDone:   make(chan struct{}),
+		events:    make(chan Event),
+		responses: make(chan outItem),
+		batches:   make(chan []outItem, 1),
+		written:   make(chan writtenMsg, 1),
 		inflight:  make(chan struct{}, connInflightCap),
 		wtok:      make(chan struct{}, 1),
 		apps:      make(map[string]*appProc),
 	}
 	c.wtok <- struct{}{}
-	// The writer ends the connection: when the latch fires (failure from
-	// any side, or ctx ending from outside: shutdown) it flushes what is
-	// already queued for the client, then closes the transport, which is
-	// what unblocks the reader.
-	c.wg.Go(c.writeLoop)
+	// The queue goroutine is started by the reader before the first request
+	// that can produce output from another goroutine (outbound); until then
+	// the reader is the only writer and always finds the write token free.
+	// An idle connection thus has one goroutine, the reader.
+	// The reader does not read under cctx (a cancelled read would close a
+	// websocket before a close frame could be sent): closing the transport
+	// is what unblocks it when the connection ends from outside (shutdown,
+	// a slow consumer) or the writer fails. The closer waits for the last
+	// flush of what is queued (at most connFlushTimeout) first. A protocol
+	// violation is found by the reader itself, which then returns; its
+	// close frame follows the last responses.
+	watchDone := make(chan struct{})
+	stopWatch := context.AfterFunc(cctx, func() {
+		defer close(watchDone)
+		if cause := context.Cause(cctx); !isReason(cause, ReasonProtocol) {
+			if c.queued.Load() {
+				select {
+				case <-c.outDone:
+				case <-final.Done():
+				}
+			}
+			closeFor(t, cause)
+		}
+	})
 	c.readLoop()
+	fail(&ConnError{Reason: ReasonTransportLost}) // no-op unless the reader ended without a cause
 	c.wg.Wait()
 	c.discardApps()
-	t.Close()
+	if !stopWatch() {
+		<-watchDone // its close (at most a second) ends before the connection does
+	}
 	cause := context.Cause(cctx)
-	fail(cause)
+	closeFor(t, cause)
 	if c.session != nil && !s.stopped() { // when stopping, every actor terminates itself
 		ttl := time.Duration(0)
 		if opts.Resumable {
@@ -181,15 +237,11 @@ func (c *conn) latch(reason Reason, err error) {
 
 func (c *conn) readLoop() {
 	defer c.recoverPanic("reader", nil)
-	// The read is not bound to the latch: cancelling a websocket read
-	// closes the connection, which would cut the writer's last flush. The
-	// writer closes the transport once it has flushed, ending the read.
-	rctx := context.WithoutCancel(c.ctx)
 	for {
-		data, err := c.t.ReadMessage(rctx)
+		data, err := c.t.ReadMessage(context.Background())
 		if err != nil {
 			if errors.Is(err, wire.ErrMessageTooBig) {
-				c.reply(wire.MalformedID, nil, wire.ErrMessageTooLarge(cmp.Or(c.opts.MaxMessageBytes, wire.DefaultMaxMessageBytes)))
+				c.reply(wire.MalformedID, nil, wire.ErrMessageTooLarge(cmp.Or(c.opts.MaxMessageBytes, c.sup.cfg.MaxMessageBytes, wire.DefaultMaxMessageBytes)))
 				if _, ok := c.t.(*wire.StdioTransport); ok {
 					continue // stdio skipped the line and is still usable
 				}
@@ -204,16 +256,23 @@ func (c *conn) readLoop() {
 			return
 		}
 		if c.ctx.Err() != nil {
-			return // a request read after the latch is abandoned, as in flight on a drop
+			return
+		}
+		if len(data) >= wire.LargeReadBytes {
+			// Do not keep a buffer grown for this message (data stays valid).
+			wire.ReleaseReadBuffer(c.t)
+		}
+		if len(data) >= LargeMessageBytes {
+			c.sup.largeMessage()
 		}
 		msg, perr := wire.Decode(data)
 		if perr != nil {
-			c.reply(wire.MalformedID, nil, perr)
+			c.reply(msg.ID, nil, perr)
 			continue
 		}
 		switch msg.Kind {
 		case wire.KindResponse:
-			c.latch(ReasonProtocol, errors.New("client sent a response"))
+			c.latch(ReasonProtocol, errors.New("a client may not send responses"))
 			return
 		case wire.KindNotification:
 			if !c.notification(msg) {
@@ -238,58 +297,9 @@ func (c *conn) notification(msg wire.Message) bool {
 	if msg.Method == wire.MethodInitialized {
 		c.latch(ReasonProtocol, errors.New("initialized before initialize"))
 	} else {
-		c.latch(ReasonProtocol, fmt.Errorf("unknown notification %q", msg.Method))
+		c.latch(ReasonProtocol, fmt.Errorf("unknown notification %.64q", msg.Method))
 	}
 	return false
-}
-
-// reply encodes a response and queues it for the writer.
-func (c *conn) reply(id wire.ID, result any, rerr *wire.Error) {
-	if rerr != nil {
-		c.sup.metrics.RequestError(rerr)
-	}
-	var b []byte
-	if rerr != nil {
-		b = wire.AppendError(nil, id, rerr)
-	} else {
-		var err error
-		b, err = wire.AppendResult(nil, id, result)
-		if err != nil {
-			b = wire.AppendError(nil, id, wire.AsError(err))
-		}
-	}
-	if c.ctx.Err() != nil {
-		if rerr != nil && rerr.Code == wire.CodeInternal && rerr.Message == context.Cause(c.ctx).Error() {
-			return // "the connection ended" is not an answer: the client sees the end itself
-		}
-		// The writer is flushing for the last time: queue if there is room.
-		select {
-		case c.responses <- b:
-		default:
-		}
-		return
-	}
-	// Fast path: if nobody holds the write side, write the response here
-	// instead of waking the writer goroutine (a hop that costs a thread
-	// wake-up per request). Never waits for the token.
-	select {
-	case <-c.wtok:
-		err := c.t.WriteMessage(c.ctx, b)
-		if err == nil {
-			err = c.t.Flush()
-		}
-		c.wtok <- struct{}{}
-		if err != nil {
-			c.latch(ReasonTransportLost, err)
-			c.t.Close()
-		}
-		return
-	default:
-	}
-	select {
-	case c.responses <- b:
-	case <-c.ctx.Done():
-	}
 }
 
 var knownMethods = map[string]string{
@@ -393,6 +403,7 @@ func (c *conn) initialize(msg wire.Message) {
 			return
 		}
 		if err == nil {
+			c.outbound()
 			sub := c.subscriber()
 			for id, ref := range table.Procs {
 				if _, aerr := ref.Attach(c.ctx, sub); aerr != nil {
@@ -409,7 +420,9 @@ func (c *conn) initialize(msg wire.Message) {
 	}
 	c.session = table
 	c.hs = hsInitialized
-	c.log = c.log.With(zap.String("session_id", table.ID))
+	if c.log.Core().Enabled(zap.DebugLevel) {
+		c.log = c.log.With(zap.String("session_id", table.ID)) // (a logger with fields costs ~1 KiB per connection)
+	}
 	c.reply(msg.ID, wire.InitializeResult{SessionID: table.ID, EnvironmentInfo: c.sup.envInfo}, nil)
 }
 
@@ -436,7 +449,7 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
 		return
 	}
-	if werr := c.sup.cfg.FsRoots.Allow(p.Cwd); werr != nil { // --fs-root: the cwd too
+	if werr := c.sup.AllowCwd(p.Cwd); werr != nil { // --fs-root: the cwd too
 		c.reply(msg.ID, nil, werr)
 		return
 	}
@@ -444,7 +457,18 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrProcessExists(p.ProcessID))
 		return
 	}
-	if max := c.sup.cfg.MaxProcesses; max > 0 && c.session.Active() >= max {
+	if e := checkEnvNames("env", p.Env); e != nil {
+		c.reply(msg.ID, nil, e)
+		return
+	}
+	if p.EnvPolicy != nil {
+		if e := checkEnvNames("envPolicy.set", p.EnvPolicy.Set); e != nil {
+			c.reply(msg.ID, nil, e)
+			return
+		}
+	}
+	active := c.session.Active()
+	if max := c.sup.cfg.MaxProcesses; max > 0 && active >= max {
 		c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
 		return
 	}
@@ -473,9 +497,10 @@ func (c *conn) start(msg wire.Message) {
 	}
 	spec.Limits = LimitsFrom(p.Limits)
 	sub := c.subscriber()
-	ref, err := c.sup.Spawn(p.ProcessID, spec, &sub)
+	c.outbound()
+	ref, err := c.sup.SpawnCharged(p.ProcessID, spec, &sub, active)
 	if err != nil {
-		c.reply(msg.ID, nil, wire.Errorf(spawnErrorCode(err), "%s", err.Error()))
+		c.reply(msg.ID, nil, SpawnWireError(err))
 		return
 	}
 	c.session.Procs[p.ProcessID] = ref
@@ -500,287 +525,6 @@ func absPath(p string) (string, error) {
 	return filepath.Clean(p), nil
 }
 
-// deferred runs wait on a tracked goroutine so the reader can go on; it
-// holds an inflight slot until the reply to request id is queued.
-func (c *conn) deferred(id wire.ID, wait func()) {
-	observe := c.deferObservation()
-	select {
-	case c.inflight <- struct{}{}:
-	case <-c.ctx.Done():
-		return
-	}
-	c.wg.Go(func() {
-		defer func() { <-c.inflight }()
-		defer c.recoverPanic("request waiter", id)
-		wait()
-		observe()
-	})
-}
-
-func (c *conn) read(msg wire.Message) {
-	var p wire.ReadParams
-	if !c.params(msg, &p) {
-		return
-	}
-	ref, ok := c.process(msg, p.ProcessID)
-	if !ok {
-		return
-	}
-	maxBytes := 0
-	if p.MaxBytes != nil {
-		maxBytes = int(min(*p.MaxBytes, 1<<40))
-		if maxBytes == 0 {
-			maxBytes = 1 // maxBytes 0 still returns the first chunk
-		}
-	}
-	wait := time.Duration(min(p.WaitMs, 24*3600*1000)) * time.Millisecond
-	ch, err := ref.ReadAsync(c.ctx, p.AfterSeq, maxBytes, wait)
-	if err != nil {
-		c.reply(msg.ID, nil, c.actorError(ref, err, p.ProcessID))
-		return
-	}
-	answer := func() {
-		select {
-		case r := <-ch:
-			c.reply(msg.ID, readResult(r), nil)
-		case <-ref.Done():
-			select {
-			case r := <-ch:
-				c.reply(msg.ID, readResult(r), nil)
-			default:
-				c.reply(msg.ID, nil, c.actorError(ref, ErrStopped, p.ProcessID))
-			}
-		case <-c.ctx.Done():
-		}
-	}
-	if wait <= 0 {
-		answer()
-		return
-	}
-	c.deferred(msg.ID, answer)
-}
-
-// actorError maps the error of a request to a process actor: a failed
-// process answers -32603 with its failure, an ended one "unknown process".
-func (c *conn) actorError(ref *ProcessRef, err error, id string) *wire.Error {
-	if errors.Is(err, ErrStopped) {
-		if f := ref.Failure(); f != nil {
-			return wire.ErrProcessFailed(f.Error())
-		}
-		return wire.ErrUnknownProcess(id)
-	}
-	return wire.AsError(err)
-}
-
-// failed answers a request about a failed process with -32603 and reports
-// whether it did.
-func (c *conn) failed(msg wire.Message, ref *ProcessRef) bool {
-	if f := ref.Failure(); f != nil {
-		c.reply(msg.ID, nil, wire.ErrProcessFailed(f.Error()))
-		return true
-	}
-	return false
-}
-
-func readResult(r ReadReply) wire.ReadResult {
-	out := wire.ReadResult{
-		Chunks:  make([]wire.Chunk, len(r.Chunks)),
-		NextSeq: r.NextSeq,
-		Exited:  r.Exited,
-		Closed:  r.Closed,
-	}
-	for i, ch := range r.Chunks {
-		out.Chunks[i] = wire.Chunk{Seq: ch.Seq, Stream: ch.Stream.String(), Chunk: ch.Data}
-	}
-	if r.Exited {
-		code := r.ExitCode
-		out.ExitCode = &code
-	}
-	return out
-}
-
-func (c *conn) write(msg wire.Message) {
-	var p wire.WriteParams
-	if !c.params(msg, &p) {
-		return
-	}
-	writeID := ""
-	if p.WriteID != nil {
-		if *p.WriteID == "" {
-			c.reply(msg.ID, nil, wire.ErrEmptyWriteID())
-			return
-		}
-		writeID = *p.WriteID
-	}
-	ref, ok := c.session.Lookup(p.ProcessID)
-	if !ok {
-		c.reply(msg.ID, wire.WriteResult{Status: wire.WriteUnknownProcess}, nil)
-		return
-	}
-	ch, err := ref.WriteAsync(c.ctx, p.Chunk, writeID)
-	if err != nil {
-		if !c.failed(msg, ref) {
-			c.reply(msg.ID, wire.WriteResult{Status: wire.WriteUnknownProcess}, nil)
-		}
-		return
-	}
-	c.deferred(msg.ID, func() {
-		select {
-		case r := <-ch:
-			if r.Err != nil {
-				c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "%s", r.Err.Error()))
-				return
-			}
-			c.reply(msg.ID, wire.WriteResult{Status: writeStatus(r.Status)}, nil)
-		case <-ref.Done():
-			if !c.failed(msg, ref) {
-				c.reply(msg.ID, wire.WriteResult{Status: wire.WriteStdinClosed}, nil)
-			}
-		case <-c.ctx.Done():
-		}
-	})
-}
-
-func writeStatus(s WriteStatus) string {
-	switch s {
-	case WriteAccepted:
-		return wire.WriteAccepted
-	case WriteStdinClosed:
-		return wire.WriteStdinClosed
-	}
-	return wire.WriteUnknownProcess
-}
-
-func (c *conn) terminate(msg wire.Message) {
-	var p wire.TerminateParams
-	if !c.params(msg, &p) {
-		return
-	}
-	ref, ok := c.session.Lookup(p.ProcessID)
-	if !ok {
-		c.reply(msg.ID, wire.TerminateResult{Running: false}, nil)
-		return
-	}
-	var grace time.Duration
-	if p.GraceMs != nil {
-		grace = time.Duration(min(*p.GraceMs, 24*3600*1000)) * time.Millisecond
-	}
-	running, err := ref.Terminate(c.ctx, grace)
-	if err != nil {
-		if c.failed(msg, ref) {
-			return
-		}
-		running = false
-	}
-	c.reply(msg.ID, wire.TerminateResult{Running: running}, nil)
-}
-
-// Signals maps the protocol's signal names to signals.
-var Signals = map[string]syscall.Signal{
-	"interrupt": syscall.SIGINT,
-	"terminate": syscall.SIGTERM,
-	"kill":      syscall.SIGKILL,
-	"hangup":    syscall.SIGHUP,
-	"quit":      syscall.SIGQUIT,
-	"user1":     syscall.SIGUSR1,
-	"user2":     syscall.SIGUSR2,
-}
-
-func (c *conn) signal(msg wire.Message) {
-	var p wire.SignalParams
-	if !c.params(msg, &p) {
-		return
-	}
-	sig, ok := Signals[p.Signal]
-	if !ok {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "unknown signal `%s`; expected one of interrupt, terminate, kill, hangup, quit, user1, user2", p.Signal))
-		return
-	}
-	ref, ok := c.session.Lookup(p.ProcessID)
-	if !ok {
-		c.reply(msg.ID, struct{}{}, nil)
-		return
-	}
-	if err := ref.Signal(c.ctx, sig); err != nil && !errors.Is(err, ErrStopped) {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "signal failure: %v", err))
-		return
-	} else if err != nil && c.failed(msg, ref) {
-		return
-	}
-	c.reply(msg.ID, struct{}{}, nil)
-}
-
-func (c *conn) resize(msg wire.Message) {
-	var p wire.ResizeParams
-	if !c.params(msg, &p) {
-		return
-	}
-	ref, ok := c.process(msg, p.ProcessID)
-	if !ok {
-		return
-	}
-	if err := ref.Resize(c.ctx, p.Rows, p.Cols); err != nil {
-		if errors.Is(err, ErrNotPTY) {
-			c.reply(msg.ID, nil, wire.ErrNotPTY())
-		} else {
-			c.reply(msg.ID, nil, c.actorError(ref, err, p.ProcessID))
-		}
-		return
-	}
-	c.reply(msg.ID, struct{}{}, nil)
-}
-
-func (c *conn) closeStdin(msg wire.Message) {
-	var p wire.ProcessParams
-	if !c.params(msg, &p) {
-		return
-	}
-	ref, ok := c.process(msg, p.ProcessID)
-	if !ok {
-		return
-	}
-	if err := ref.CloseStdin(c.ctx); err != nil && !errors.Is(err, ErrStopped) {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "stdin failure: %v", err))
-		return
-	} else if err != nil && c.failed(msg, ref) {
-		return
-	}
-	c.reply(msg.ID, struct{}{}, nil)
-}
-
-func (c *conn) list(msg wire.Message) {
-	var p wire.NoParams
-	if !c.params(msg, &p) {
-		return
-	}
-	out := wire.ListResult{Processes: []wire.ProcessInfo{}}
-	for id := range c.session.Procs {
-		ref, ok := c.session.Lookup(id)
-		if !ok {
-			continue
-		}
-		info, err := ref.Info(c.ctx)
-		if err != nil {
-			continue
-		}
-		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Limit: info.Limit, Metadata: wireMetadata(ref.Metadata())}
-		if info.State >= StateExited {
-			code := info.ExitCode
-			wi.ExitCode = &code
-		}
-		out.Processes = append(out.Processes, wi)
-	}
-	sortInfos(out.Processes)
-	if c.sup.cfg.Services != nil {
-		out.Processes = append(out.Processes, c.sup.cfg.Services(c.ctx)...)
-	}
-	c.reply(msg.ID, out, nil)
-}
-
-func sortInfos(infos []wire.ProcessInfo) {
-	sort.Slice(infos, func(i, j int) bool { return infos[i].ProcessID < infos[j].ProcessID })
-}
-
 // fs hands an fs/* request to the connection's fs worker. The worker runs
 // them one at a time in arrival order (a client may pipeline a write and a
 // read of one file) and owns the connection's fs/open handles, so a large
@@ -788,6 +532,7 @@ func sortInfos(infos []wire.ProcessInfo) {
 func (c *conn) fs(msg wire.Message) {
 	c.cur.deferred = true // the fs worker observes it
 	if c.fsq == nil {
+		c.outbound()
 		c.fsq = make(chan wire.Message, connFsQueueCap)
 		c.wg.Go(c.fsWorker)
 	}

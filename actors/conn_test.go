@@ -37,6 +37,11 @@ func (t *memTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	// What the peer wrote before it closed is delivered first, as a socket
 	// would (a select over both would pick at random).
 	select {
+	case m := <-t.in: // like a socket: what was sent before the close is read first
+		return m, nil
+	default:
+	}
+	select {
 	case m := <-t.in:
 		return m, nil
 	case <-t.closed:
@@ -67,10 +72,11 @@ func (t *memTransport) Close() error { t.once.Do(func() { close(t.closed) }); re
 
 // rawClient speaks JSON to a connection actor over a memTransport.
 type rawClient struct {
-	t      *testing.T
-	tr     *memTransport
-	nextID int
-	notes  []map[string]any
+	t       *testing.T
+	tr      *memTransport
+	nextID  int
+	notes   []map[string]any
+	session string // set by helpers that keep the initialize result
 }
 
 type rpcReply struct {

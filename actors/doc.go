@@ -5,9 +5,10 @@
 //
 // # Usage
 //
-//	sup := actors.NewSupervisor(cfg)            // starts the registry
-//	ref, err := sup.Spawn(id, spec, &sub)       // a child and its process actor
-//	err = sup.ServeConn(ctx, transport, opts)   // a connection actor, until it ends
+//	sup := actors.NewSupervisor(cfg)            // starts the registry, the budget actor and the reclaimer
+//	ref, err := sup.Spawn(id, spec, &sub)       // a child and its process actor (charged as a first start)
+//	ref, err = sup.SpawnCharged(id, spec, &sub, active) // charged for a session with `active` processes
+//	err = sup.ServeConn(ctx, transport, opts)   // a connection actor, until it ends (charged too)
 //	sup.Stop(); sup.Wait(ctx)                   // graceful stop (Kill: forced)
 //
 // # Concurrency
@@ -27,18 +28,30 @@
 // its fs worker goroutine (started on the first fs request) runs fs/*
 // requests in arrival order and owns the connection's fsops.Worker: the
 // fs/open handles and the fs/watchMissing watches, whose fs/missingChanged
-// it queues after the answer that armed them. The transport's write side belongs to whoever holds
-// the connection's one-slot write token: its writer goroutine while it
-// drains the queues (and encodes events), or a goroutine answering a
-// request when the token is free; nobody ever waits for the token but the
-// writer. Each app-server process has an adapter goroutine owning the
+// it queues after the answer that armed them. The connection's queue
+// goroutine (outbound.go), started by the reader before the first request
+// that lets another goroutine write (so an idle connection is its reader
+// alone), owns the outbound fifo, its byte count and the slow-consumer
+// watchdog; its writer goroutine, started on the first batch, encodes and
+// writes one batch at a time. The transport's write side
+// belongs to whoever holds the connection's one-slot write token: the queue
+// goroutine (lending it to the writer with each batch) while anything is
+// queued, or a goroutine answering a request when the token is free; nobody
+// ever waits for the token but the queue. Each app-server process has an adapter goroutine owning the
 // dialect's caps and buffers. The http manager goroutine (started on the
 // first http/request) owns the connection's http client (its connection
 // pool), the count of requests in flight and the requestIds of streams in
 // flight; each request runs on its own goroutine, which answers it and
 // queues its body deltas, and reports its end back to the manager. The registry owns which sessions are attached and the
 // detached ones with their deadlines. A [SessionTable] has exactly one owner
-// at a time, moved by registry messages.
+// at a time, moved by registry messages. The budget actor (budget.go) owns
+// the server-wide usage: connections and process starts ask it for their
+// charge (SpawnCharged, AcquireConnection); it returns a process's charge
+// when it sees the process closed (its actor ended, for retained output),
+// sweeping its list when a request would be refused and every 256 starts.
+// The reclaimer goroutine (reclaim.go) owns only its timer: poked by a
+// connection that read a message of 8 MiB or more, it collects and returns
+// memory to the OS once a second until the heap is back where it was.
 //
 // Mailboxes are bounded channels of a closed message set (procMsg, regMsg).
 // Requests carry a reply channel of capacity 1, so an actor never blocks
@@ -121,6 +134,25 @@
 // has returned, Spawn starts nothing (a child started meanwhile is killed
 // and reaped).
 //
+// Budgets refuse, they never wait: a start or a connection over a budget
+// gets a [*BudgetError] (-32011 naming the limit, its value and its flag),
+// nothing is started and nobody else is slowed. A start from a session with
+// fewer than [FirstStarts] active processes, and any connection, may use the
+// reserve (descriptors, and room for [ReservedFirstStarts] processes); other
+// starts must leave it, so a greedy session is refused while a new
+// connection and its first start still work. A spawn that still fails with
+// EMFILE/ENFILE is reported as the open-files budget. A refused connection
+// gets an error with id null and a close frame 1008.
+//
+// How a connection ends depends on its latched reason: a protocol
+// violation is answered with a websocket close frame 1002 and the reason,
+// after the responses already queued; a shutdown with 1001; a slow
+// consumer (no outbound progress for Budgets.SlowConsumerTimeout, resumable
+// connections only) is closed at once (a full receive window cannot take a
+// frame) and detached like any dropped connection. The reader never reads
+// under the connection's context: closing the transport is what unblocks
+// it.
+//
 // The connection's end cancels its http requests (their context is the
 // connection's): the remote server sees them go away, and the manager
 // waits for their goroutines before closing the connection pool.
@@ -139,16 +171,25 @@
 //     and no event is dropped while the connection lives. With no
 //     subscriber attached (detached session), output is taken at full speed
 //     and the oldest retained output is evicted (retention bounds).
-//   - Events to the connection: one bounded queue (256) per connection,
-//     shared by its processes, drained by the writer, which blocks on the
-//     transport (TCP/pipe backpressure). When the connection ends, the
-//     writer's last flush writes what is queued for at most 250 ms; a peer
-//     that does not read gets nothing more.
+//   - The connection's outbound queue: events (from its processes and
+//     http streams) and responses go through unbuffered channels to the
+//     queue goroutine, which takes an item only while the bytes it holds
+//     (queued and being written) are under Budgets.OutboundQueueBytes
+//     (256 KiB by default), so it holds at most that plus one message. Beyond
+//     it process actors wait to deliver (and stop taking output: their
+//     children block on the pipe), reply producers wait. The writer blocks
+//     on the transport (TCP/pipe backpressure). Large results are encoded
+//     by the writer, so a waiting producer holds no encoded copy.
+//     When the connection ends, the last flush writes what is queued
+//     (answers, and the endings of processes that finished during a
+//     shutdown) for at most 250 ms; a peer that does not read gets nothing
+//     more.
 //   - Lag-mode listeners (Subscribe): the actor never blocks on them; a
 //     full one is closed (lagged) and resubscribes.
-//   - Responses: bounded queue (256); a full queue blocks the producer.
 //     Long polls and writes are answered by waiter goroutines, at most 4096
 //     in flight per connection; beyond that the reader stops reading.
+//   - Server-wide budgets are not queues: over a budget a request is
+//     refused at once.
 //   - http/request: at most 64 requests in flight per connection (one
 //     more is answered -32600 at once, so a long stream never stalls the
 //     reader); up to 16 validated requests wait for the http manager (the

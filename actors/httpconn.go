@@ -68,6 +68,7 @@ func (c *conn) httpRequest(msg wire.Message) {
 		return
 	}
 	if c.httpm == nil {
+		c.outbound()
 		c.httpm = &httpManager{
 			in:       make(chan httpCall, connHTTPQueueCap),
 			released: make(chan string, connHTTPCap),

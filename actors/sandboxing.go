@@ -57,13 +57,25 @@ func LimitsFrom(l *wire.StartLimits) contain.Limits {
 		OpenFiles: get(l.OpenFiles), FileSizeBytes: get(l.FileSizeBytes)}
 }
 
-// spawnErrorCode maps a spawn failure: what the host cannot enforce for
-// this request is -32602, everything else -32603.
+// spawnErrorCode maps a spawn failure: a budget's refusal is -32011, what
+// the host cannot enforce for this request -32602, everything else -32603.
 func spawnErrorCode(err error) int {
+	if errors.Is(err, ErrBudget) {
+		return wire.CodeBudgetExceeded
+	}
 	if errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, contain.ErrLimitUnavailable) || errors.Is(err, sandbox.ErrUnsupported) {
 		return wire.CodeInvalidParams
 	}
 	return wire.CodeInternal
+}
+
+// SpawnWireError is the JSON-RPC error of a failed spawn.
+func SpawnWireError(err error) *wire.Error {
+	var be *BudgetError
+	if errors.As(err, &be) {
+		return be.Wire()
+	}
+	return wire.Errorf(spawnErrorCode(err), "%s", err.Error())
 }
 
 // SpawnErrorCode is spawnErrorCode for package runtime's Local.

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"syscall"
 	"time"
@@ -23,6 +24,13 @@ type Config struct {
 	// MaxProcesses bounds the active (not yet closed) processes of one
 	// session, and the app-server processes of one connection.
 	MaxProcesses int
+	// MaxMessageBytes is the transports' inbound message limit (for the
+	// error that answers a larger one).
+	MaxMessageBytes int
+	// Budgets are the server-wide limits (connections, processes, open
+	// files, retained output, outbound queues) and the slow-consumer
+	// timeout; zero fields are unlimited.
+	Budgets Budgets
 	// FsRoots confines the fs/* methods and process/start's cwd (zero
 	// value: the whole filesystem).
 	FsRoots fsops.Roots
@@ -76,6 +84,8 @@ type Supervisor struct {
 
 	wg       sync.WaitGroup
 	registry *registry
+	budgets  *budgets
+	reclaim  chan struct{}         // pokes for the reclaimer goroutine (reclaim.go)
 	envInfo  *wire.EnvironmentInfo // immutable: the answer of environment/info
 }
 
@@ -97,48 +107,72 @@ func NewSupervisor(cfg Config) *Supervisor {
 	s.envInfo = &info
 	s.registry = newRegistry(s)
 	s.wg.Go(s.registry.run)
+	s.budgets = newBudgets(cfg.Budgets)
+	s.wg.Go(func() { s.budgets.run(s.stopCh) })
+	s.reclaim = make(chan struct{}, 1)
+	s.wg.Go(func() { reclaimLoop(s.reclaim, s.stopCh) })
 	return s
 }
 
-// Spawn starts a child and its process actor. sub, if not nil, receives
-// live events from seq 1.
+// Spawn starts a child and its process actor, as a first start (see
+// SpawnCharged). sub, if not nil, receives live events from seq 1.
 func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, error) {
+	return s.SpawnCharged(id, spec, sub, 0)
+}
+
+// SpawnCharged starts a child and its process actor after charging it to
+// the budgets (processes, open files, retained output); the charge returns
+// as the process closes and its actor ends. ownerActive is how many active
+// processes the starting session (or Local) already has: with fewer than
+// FirstStarts it may use the budgets' reserve. A refusal is a
+// *BudgetError; a spawn that fails for lack of descriptors anyway is one
+// too (the open-files limit of the process).
+func (s *Supervisor) SpawnCharged(id string, spec Spec, sub *Subscriber, ownerActive int) (*ProcessRef, error) {
+	return s.spawnCharged(id, spec, sub, nil, ownerActive)
+}
+
+// SpawnListening is SpawnCharged with a lag-mode listener (see
+// Subscription) registered before the child can produce anything: Live
+// carries every event from seq 1, even if the process is forgotten before
+// anyone reads it (closed retention 0).
+func (s *Supervisor) SpawnListening(id string, spec Spec, capacity, ownerActive int) (*ProcessRef, <-chan Event, error) {
+	live := make(chan Event, max(capacity, 1))
+	ref, err := s.spawnCharged(id, spec, nil, live, ownerActive)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ref, live, nil
+}
+
+func (s *Supervisor) spawnCharged(id string, spec Spec, sub *Subscriber, live chan Event, ownerActive int) (*ProcessRef, error) {
 	if s.stopped() {
 		return nil, ErrStopped
 	}
+	c := s.processCharge()
+	berr, err := s.acquire(context.Background(), c, ownerActive < FirstStarts)
+	if err != nil {
+		return nil, ErrStopped
+	}
+	if berr != nil {
+		return nil, berr
+	}
 	sess, err := s.startOS(spec)
 	if err != nil {
+		s.release(c)
+		if fdExhausted(err) {
+			return nil, s.noDescriptors(err)
+		}
 		return nil, err
 	}
-	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, spec.Metadata, nil)
+	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, spec.Metadata, live)
 	if ref == nil {
+		s.release(c)
 		s.metrics.ProcessExited(EndTerminated)
 		discardSession(sess) // stopped while the child was being started
 		return nil, ErrStopped
 	}
+	_ = send(context.Background(), s.budgets.mbox, budgetMsg(bindMsg{ref: ref, c: c}), s.budgets.done)
 	return ref, nil
-}
-
-// SpawnListening is Spawn with a lag-mode listener (see Subscription)
-// registered before the child can produce anything: Live carries every
-// event from seq 1, even if the process is forgotten before anyone reads
-// it (closed retention 0).
-func (s *Supervisor) SpawnListening(id string, spec Spec, capacity int) (*ProcessRef, <-chan Event, error) {
-	if s.stopped() {
-		return nil, nil, ErrStopped
-	}
-	sess, err := s.startOS(spec)
-	if err != nil {
-		return nil, nil, err
-	}
-	live := make(chan Event, max(capacity, 1))
-	ref := s.spawn(id, spec.Argv, spec.TTY, sess, nil, spec.Timeout, spec.Metadata, live)
-	if ref == nil {
-		s.metrics.ProcessExited(EndTerminated)
-		discardSession(sess)
-		return nil, nil, ErrStopped
-	}
-	return ref, live, nil
 }
 
 // startOS starts the child and measures it: a started process is counted
@@ -163,6 +197,17 @@ func discardSession(sess Session) {
 	}
 	sess.Wait()
 	sess.Release()
+}
+
+// noDescriptors is the refusal of a spawn the kernel refused for lack of
+// descriptors (EMFILE/ENFILE).
+func (s *Supervisor) noDescriptors(err error) *BudgetError {
+	value := "the process's RLIMIT_NOFILE"
+	if n := s.cfg.Budgets.RLimitNoFile; n > 0 {
+		value = fmt.Sprint(n)
+	}
+	return &BudgetError{Limit: "open files", Value: value, Flag: "RLIMIT_NOFILE; see --max-open-files",
+		Detail: "the server has no descriptor left to start this process (" + err.Error() + ")"}
 }
 
 // SpawnSession starts a process actor around an already started session
@@ -240,3 +285,8 @@ func (s *Supervisor) Wait(ctx context.Context) error {
 
 // ErrShuttingDown is returned for work refused because the supervisor is stopping.
 var ErrShuttingDown = errors.New("actors: shutting down")
+
+// AllowCwd checks a process's cwd (as the request gave it) against the fs
+// roots (--fs-root): nil when there are none or it is inside one, else the
+// fs methods' error naming the path.
+func (s *Supervisor) AllowCwd(cwd string) *wire.Error { return s.cfg.FsRoots.Allow(cwd) }

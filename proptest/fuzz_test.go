@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
+	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -35,6 +38,16 @@ var envelopeSeeds = []string{
 	`{"id":"\ud800","method":"x"}`, `{"id":"a\"b","method":"x"}`, `{"method":""}`, `{"method":1}`, `{"method":null}`,
 	`{"id":1,"method":"x","params":}`, `{"id":1,"method":"x","params":null}`, "{\"method\":\"\xff\"}",
 	`{"id":1,"method":"x"} trailing`, ` {"id" : 1 , "method" : "x" } `, `{"id":1,"id":2,"method":"x"}`,
+	// issue 14's bad input: a null id (answered with id null), ids that cannot be echoed byte for byte
+	// (invalid UTF-8) or can (escapes), env names a child cannot carry, an oversized id.
+	`{"id":null,"method":"environment/status"}`, `{"jsonrpc":"2.0","id":null,"method":"initialized"}`,
+	`{"id":null,"method":"process/start","params":{"processId":"p","argv":["true"],"cwd":"/"}}`,
+	"{\"id\":\"\xff\xfe\",\"method\":\"environment/status\"}", "{\"id\":\"ok\xc3\",\"method\":\"x\"}",
+	`{"id":"\u00e9t\u00e9","method":"x"}`, `{"id":"\ud83d\ude00","method":"x"}`, `{"id":9223372036854775808,"method":"x"}`,
+	`{"id":3,"method":"process/start","params":{"processId":"p","argv":["a"],"cwd":"/","env":{"":"x"}}}`,
+	`{"id":3,"method":"process/start","params":{"processId":"p","argv":["a"],"cwd":"/","env":{"A=B":"x"}}}`,
+	`{"id":3,"method":"process/start","params":{"processId":"p","argv":["a"],"cwd":"/","env":{"A\u0000B":"x"}}}`,
+	`{"id":3,"method":"process/start","params":{"processId":"p","argv":["a"],"cwd":"/","envPolicy":{"set":{"=":"x"}}}}`,
 }
 
 // paramsSeeds are params objects, valid and malformed.
@@ -70,6 +83,11 @@ var paramsSeeds = []string{
 	`{"processId":"p","env":{"A":1},"argv":[],"cwd":"/"}`,
 	`{"processId":"p","envPolicy":"all","argv":[],"cwd":"/"}`,
 	`{"processId":"p","size":{"rows":"1"},"argv":[],"cwd":"/"}`,
+	`{"processId":"p","argv":["a"],"cwd":"/","env":{"":"x"}}`,
+	`{"processId":"p","argv":["a"],"cwd":"/","env":{"A=B":"x","C":"d"}}`,
+	`{"processId":"p","argv":["a"],"cwd":"/","env":{"A\u0000B":"x"}}`,
+	`{"processId":"p","argv":["a"],"cwd":"/","envPolicy":{"inherit":"none","set":{"=x":"y"}}}`,
+	`{"processId":"p","argv":["a"],"cwd":"/","env":{"\u00e9":"ok","PATH":"/bin"}}`,
 }
 
 // paramTypes returns a fresh value of every params type of wire/schema.go.
@@ -92,6 +110,10 @@ func FuzzDecode(f *testing.F) {
 		if e != nil {
 			if e.Code != wire.CodeInvalidRequest || e.Message == "" {
 				t.Fatalf("Decode(%q): error %d %q, want -32600 with a message", data, e.Code, e.Message)
+			}
+			// The answer's id is null for a null id, -1 otherwise: never anything from the input.
+			if string(m.ID) != string(wire.NullID) && string(m.ID) != string(wire.MalformedID) {
+				t.Fatalf("Decode(%q): error answered with id %q", data, m.ID)
 			}
 			return
 		}
@@ -116,6 +138,9 @@ func FuzzDecode(f *testing.F) {
 			_, intErr := strconv.ParseInt(string(m.ID), 10, 64)
 			if intErr != nil && json.Unmarshal(m.ID, &s) != nil {
 				t.Fatalf("Decode(%q): id %s is neither an integer nor a string", data, m.ID)
+			}
+			if !utf8.Valid(m.ID) {
+				t.Fatalf("Decode(%q): id %q is not valid UTF-8: it could not be echoed unaltered", data, m.ID)
 			}
 			// The id is echoed byte for byte into valid JSON.
 			for _, resp := range [][]byte{
@@ -176,6 +201,12 @@ func checkDecodeParams(t *testing.T, raw []byte, dst wire.Params) {
 		}
 		return
 	}
+	if sp, ok := dst.(*wire.StartParams); ok {
+		checkEnvNames(t, raw, "env", sp.Env)
+		if sp.EnvPolicy != nil {
+			checkEnvNames(t, raw, "envPolicy.set", sp.EnvPolicy.Set)
+		}
+	}
 	req := dst.RequiredFields()
 	if len(req) == 0 {
 		return
@@ -213,4 +244,22 @@ func presentKeys(raw []byte) (map[string]bool, bool) {
 		keys[key] = keys[key] || !bytes.Equal(bytes.TrimSpace(v), []byte("null"))
 	}
 	return keys, true
+}
+
+// checkEnvNames: the start's env-name check refuses exactly the names a
+// child's environment cannot carry (empty, '=' or NUL), with -32602 naming
+// the field.
+func checkEnvNames(t *testing.T, raw []byte, field string, env map[string]string) {
+	t.Helper()
+	bad := false
+	for k := range env {
+		bad = bad || k == "" || strings.ContainsAny(k, "=\x00")
+	}
+	e := actors.CheckEnvNames(field, env)
+	if bad != (e != nil) {
+		t.Fatalf("CheckEnvNames(%s of %q) = %v; bad names present: %v", field, raw, e, bad)
+	}
+	if e != nil && (e.Code != wire.CodeInvalidParams || !strings.Contains(e.Message, "`"+field+"`")) {
+		t.Fatalf("CheckEnvNames(%s of %q) = %d %q", field, raw, e.Code, e.Message)
+	}
 }

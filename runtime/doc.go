@@ -39,7 +39,12 @@
 // the moment their ending was delivered; a negative ClosedRetention
 // forgets them right after delivery), shutdown grace 2 s, inbound
 // messages up to 64 MiB, http/request enabled with buffered bodies up to
-// 16 MiB.
+// 16 MiB, 4096 processes per session. The server-wide budgets
+// (connections, processes, descriptors and their reserve, retained
+// output, outbound queues: see Config) default to values derived from the
+// machine by [ProbeMachine] (RLIMIT_NOFILE, memory or the cgroup's
+// limit); [Server.Budgets] returns them. Local applies the same limits, as
+// one session.
 //
 // Both backends answer EnvironmentInfo(ctx): the machine's login shell,
 // runtimed's version, a stable provider id, directories (native paths) and
@@ -63,7 +68,8 @@
 // # Failure semantics
 //
 // Errors answered by a server are [*RPCError] values with the protocol's
-// code and message; Local returns the same values for the same mistakes.
+// code and message; Local returns the same values for the same mistakes,
+// including budget refusals (-32011, "limit reached: ...").
 //
 // Disconnect: a Client latches the first transport failure, once, with its
 // reason. From then on every pending call returns an error wrapping

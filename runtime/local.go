@@ -29,9 +29,10 @@ type Local struct {
 	iso    *isolation
 	nextID atomic.Uint64
 
-	mu     sync.Mutex // guards procs and starts only; never held while calling an actor
-	procs  map[string]*actors.ProcessRef
-	starts int
+	mu       sync.Mutex // guards procs and starts only; never held while calling an actor
+	procs    map[string]*actors.ProcessRef
+	starts   int
+	maxProcs int // Config.MaxProcesses: a Local is one session
 }
 
 // NewLocal starts an embedded runtime. cfg's zero value means the defaults;
@@ -43,7 +44,10 @@ func NewLocal(cfg Config) *Local {
 		roots, _ = fsops.NewRoots([]string{os.TempDir()}) // see Config.Validate
 	}
 	iso := newIsolation(cfg)
-	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(supervisorConfig(cfg, iso)), iso: iso, procs: make(map[string]*actors.ProcessRef)}
+	scfg := supervisorConfig(cfg, iso)
+	scfg.Budgets = cfg.budgets(ProbeMachine())
+	scfg.FsRoots = roots // process cwds too
+	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), maxProcs: cfg.MaxProcesses}
 }
 
 func supervisorConfig(cfg Config, iso *isolation) actors.Config {
@@ -55,15 +59,16 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 			DrainAfterTerminate: drainAfterTerminate,
 			ShutdownGrace:       cfg.ShutdownGrace,
 		},
-		DetachTTL:      cfg.DetachTTL,
-		MaxProcesses:   cfg.MaxProcesses,
-		Isolation:      iso.Isolation,
-		DefaultSandbox: cfg.DefaultSandbox,
-		RequireSandbox: cfg.RequireSandbox,
-		Environment:    hostEnvironment(),
-		Capabilities:   capabilities(cfg, iso),
-		HTTP:           actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
-		Logger:         cfg.Logger,
+		DetachTTL:       cfg.DetachTTL,
+		MaxProcesses:    cfg.MaxProcesses,
+		MaxMessageBytes: cfg.MaxMessageBytes,
+		Isolation:       iso.Isolation,
+		DefaultSandbox:  cfg.DefaultSandbox,
+		RequireSandbox:  cfg.RequireSandbox,
+		Environment:     hostEnvironment(),
+		Capabilities:    capabilities(cfg, iso),
+		HTTP:            actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
+		Logger:          cfg.Logger,
 	}
 }
 
@@ -81,10 +86,18 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		return nil, rpcErr(werr)
 	}
 	as.Limits = actors.LimitsFrom(spec.Limits.wire())
+	if werr := l.sup.AllowCwd(as.Dir); werr != nil { // Config.FsRoots: the cwd too
+		return nil, rpcErr(werr)
+	}
 	l.mu.Lock()
 	if ref, ok := l.procs[spec.ID]; ok && (ref == nil || ref.Alive()) { // nil: another Start is spawning it
 		l.mu.Unlock()
 		return nil, rpcErr(wire.ErrProcessExists(spec.ID))
+	}
+	active := l.activeLocked()
+	if l.maxProcs > 0 && active >= l.maxProcs {
+		l.mu.Unlock()
+		return nil, rpcErr(wire.ErrProcessLimit(l.maxProcs))
 	}
 	l.procs[spec.ID] = nil // reserve the id while spawning
 	if l.starts++; l.starts%256 == 0 {
@@ -96,7 +109,7 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		}
 	}
 	l.mu.Unlock()
-	ref, first, err := l.sup.SpawnListening(spec.ID, as, min(firstListenerCap, liveQueueCap))
+	ref, first, err := l.sup.SpawnListening(spec.ID, as, min(firstListenerCap, liveQueueCap), active)
 	l.mu.Lock()
 	if err != nil {
 		delete(l.procs, spec.ID)
@@ -108,7 +121,7 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		if errors.Is(err, actors.ErrStopped) {
 			return nil, ErrClosed
 		}
-		return nil, &RPCError{Code: actors.SpawnErrorCode(err), Message: err.Error()}
+		return nil, rpcErr(actors.SpawnWireError(err))
 	}
 	lp := &localProcess{ref: ref}
 	lp.first.Store(&first)
@@ -121,10 +134,36 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 // fills first, that subscriber lags and re-reads retained history.
 const firstListenerCap = 16
 
+// activeLocked counts the processes that are starting or not yet closed
+// (l.mu held; it only looks at channels).
+func (l *Local) activeLocked() int {
+	n := 0
+	for _, ref := range l.procs {
+		if ref == nil {
+			n++
+			continue
+		}
+		select {
+		case <-ref.Closed():
+		default:
+			n++
+		}
+	}
+	return n
+}
+
 // actorSpec validates spec as process/start would.
 func actorSpec(spec Spec) (actors.Spec, error) {
 	if len(spec.Argv) == 0 {
 		return actors.Spec{}, rpcErr(wire.ErrEmptyArgv())
+	}
+	if e := actors.CheckEnvNames("env", spec.Env); e != nil {
+		return actors.Spec{}, rpcErr(e)
+	}
+	if spec.EnvPolicy != nil {
+		if e := actors.CheckEnvNames("envPolicy.set", spec.EnvPolicy.Set); e != nil {
+			return actors.Spec{}, rpcErr(e)
+		}
 	}
 	dir := spec.Dir
 	if strings.HasPrefix(dir, "file:") {

@@ -180,10 +180,10 @@ func TestMetricsMoveWithProcesses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Start(ctx, sh(t, "exec sleep 100")); err == nil || !strings.Contains(err.Error(), "too many processes") {
+	if _, err := c.Start(ctx, sh(t, "exec sleep 100")); err == nil || !strings.Contains(err.Error(), "limit reached: processes per session = 2") {
 		t.Fatalf("third start: %v", err)
 	}
-	if v := metric(t, srv, "runtimed_refusals_total", "limit", "processes"); v != 1 {
+	if v := metric(t, srv, "runtimed_refusals_total", "limit", "processes_per_session"); v != 1 {
 		t.Fatalf("refusals{processes} = %v, want 1", v)
 	}
 	// Observed just after the answer is written: wait for the last one.

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors"
@@ -50,11 +49,49 @@ type Config struct {
 	// ShutdownGrace: SIGTERM-to-SIGKILL grace on Shutdown.
 	ShutdownGrace time.Duration
 	// MaxProcesses bounds the active (not yet closed) processes of one
-	// session, and the app-server processes of one connection. A start
-	// beyond it is refused with -32600 "too many processes: ...".
+	// session (of a Local: all of its processes), and the app-server
+	// processes of one connection. A start beyond it is refused with
+	// -32011 "limit reached: processes per session = N (--max-processes): ...".
 	MaxProcesses int
 	// MaxMessageBytes limits inbound messages on both transports.
 	MaxMessageBytes int
+
+	// Server-wide budgets. Zero means the default derived from the machine
+	// (ProbeMachine: RLIMIT_NOFILE and memory); negative means unlimited.
+	// A refusal is a JSON-RPC error -32011 "limit reached: <limit> =
+	// <value> (<flag>): ..." and costs no other client anything; a
+	// connection the budgets refuse gets that error with id null and a
+	// close frame 1008.
+	//
+	// MaxConnections bounds open connections (default: the smaller of a
+	// quarter of the descriptor budget and MaxOutboundBytes /
+	// OutboundQueueBytes).
+	MaxConnections int
+	// MaxProcessesTotal bounds active processes server-wide (default: the
+	// smaller of the descriptor budget without the reserve / 6 and
+	// MaxRetainedBytes / what one process may retain).
+	MaxProcessesTotal int
+	// MaxOpenFiles bounds the descriptors charged to connections (2 each)
+	// and processes (6 each) (default: RLIMIT_NOFILE minus those open at
+	// start and 32); FDReserve of them (default 1/16, between 32 and 1024)
+	// only new connections and sessions with fewer than 2 active processes
+	// may use, so a greedy session is refused while they still work.
+	MaxOpenFiles int
+	FDReserve    int
+	// MaxRetainedBytes bounds the output processes may hold: each charges
+	// RetainBytes plus its read-ahead (18 reads of up to 256 KiB) while it
+	// runs, RetainBytes once closed until its retention ends (default: half
+	// of memory, a worst case: the read-ahead fills only behind a slow client).
+	MaxRetainedBytes int64
+	// MaxOutboundBytes bounds all connections' outbound queues; each
+	// connection charges OutboundQueueBytes (default 1 MiB) while open
+	// (default: an eighth of memory).
+	MaxOutboundBytes   int64
+	OutboundQueueBytes int
+	// SlowConsumerTimeout closes a websocket connection whose outbound
+	// queue makes no progress for this long (default 30 s); the detach
+	// rules then apply to its session.
+	SlowConsumerTimeout time.Duration
 	// AuthToken, if set, is required as "Authorization: Bearer <token>" on
 	// every websocket upgrade.
 	AuthToken string
@@ -150,7 +187,8 @@ type Server struct {
 	svcs    *services      // the supervised services, nil without Config.Services
 	metrics *serverMetrics // nil when Config.Metrics is off
 
-	initErr error // a configuration error: Serve and ServeTransport return it
+	initErr error          // a configuration error: Serve and ServeTransport return it
+	budgets actors.Budgets // resolved at NewServer
 
 	ctx    context.Context // cancelled (cause ReasonShutdown) when closing
 	cancel context.CancelCauseFunc
@@ -167,6 +205,7 @@ func NewServer(cfg Config) *Server {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	iso := newIsolation(cfg)
 	scfg := supervisorConfig(cfg, iso)
+	scfg.Budgets = cfg.budgets(ProbeMachine())
 	roots, err := fsops.NewRoots(cfg.FsRoots)
 	if err == nil {
 		err = validateSandboxConfig(cfg)
@@ -192,6 +231,7 @@ func NewServer(cfg Config) *Server {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		initErr:   err,
+		budgets:   scfg.Budgets,
 		sup:       actors.NewSupervisor(scfg),
 		iso:       iso,
 		ctx:       ctx,
@@ -224,14 +264,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "runtimed speaks JSON-RPC over websocket here; GET /readyz for health", http.StatusBadRequest)
 		return
 	}
-	opts := &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled, InsecureSkipVerify: true}
-	c, err := websocket.Accept(w, r, opts)
+	t, err := wire.AcceptWebsocket(w, r, s.cfg.MaxMessageBytes)
 	if err != nil {
 		s.log.Debug("websocket accept failed", zap.Error(err))
 		return
 	}
-	t := wire.NewWebsocketTransport(c, s.cfg.MaxMessageBytes)
-	_ = s.ServeTransport(t, true)
+	go func() { _ = s.ServeTransport(t, true) }()
 }
 
 func (s *Server) originAllowed(origin string) bool {
@@ -243,12 +281,14 @@ func (s *Server) originAllowed(origin string) bool {
 	return false
 }
 
+// authorized checks "Authorization: Bearer <token>"; the scheme is
+// case-insensitive (RFC 9110 section 11.1), spaces after it are skipped.
 func (s *Server) authorized(r *http.Request) bool {
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
+	tok = strings.TrimLeft(tok, " ")
 	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AuthToken)) == 1
 }
 

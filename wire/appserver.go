@@ -1,6 +1,10 @@
 package wire
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
 
 // The app-server dialect (PROTOCOL.md section 6): connection-scoped
 // processes named by a client-chosen handle.
@@ -122,7 +126,5 @@ func ErrWriteStdinEmpty() *Error {
 // ErrProcessLimit is the answer when a session or connection already has
 // its maximum of active processes.
 func ErrProcessLimit(n int) *Error {
-	e := Errorf(CodeInvalidRequest, "too many processes: this session already has %d active processes (the server's limit; see --max-processes)", n)
-	e.Limit = "processes"
-	return e
+	return ErrBudget("processes per session", strconv.Itoa(n), "--max-processes", fmt.Sprintf("this session already has %d active processes", n))
 }

@@ -25,7 +25,11 @@
 // environment.go holds environmentInfo and [Capabilities], the struct of
 // booleans that the server fills and [Capabilities.Map] turns into the
 // capabilities map (every known name present). Transports are created with [NewStdioTransport],
-// [NewWebsocketTransport] or [DialWebsocket].
+// [AcceptWebsocket] (a server's upgrade: byte-level write progress and a
+// bounded close handshake), [NewWebsocketTransport] or [DialWebsocket];
+// [CloseWithReason] ends one with a websocket close frame (the Close*
+// codes) when it can, and [TransportProgress] reports the bytes a
+// transport has handed to the OS, for slow-consumer detection.
 //
 // # Concurrency
 //
@@ -36,8 +40,11 @@
 //
 // # Failure semantics
 //
-// Malformed input never panics: [Decode] returns an [*Error] answered with
-// id -1, [DecodeParams] returns -32602 naming the field. An inbound message
+// Malformed input never panics: [Decode] returns an [*Error] and the id to
+// answer it with: null for a request whose id is null (JSON-RPC 2.0), -1
+// otherwise; an id is accepted only if it can be echoed byte for byte (an
+// int64, or a string that is valid UTF-8). [DecodeParams] returns -32602
+// naming the field. A server's budget refusals are -32011 ([ErrBudget]). An inbound message
 // over the limit (64 MiB by default) is an error wrapping [ErrMessageTooBig]:
 // the stdio transport discards that line and stays usable; the websocket
 // transport is closed by coder/websocket with status 1009.
@@ -46,7 +53,12 @@
 //
 // Transports have no queues of their own beyond their write buffer: a
 // WriteMessage blocks while the peer does not read (TCP or pipe
-// backpressure). The stdio transport buffers writes until Flush, which the
+// backpressure). An accepted websocket keeps 1 KiB read and write buffers
+// (larger frames bypass them). Both transports reuse their read buffer;
+// [ReleaseReadBuffer] drops it (a server calls it after a message of
+// [LargeReadBytes] or more, so an idle connection holds no large buffer; a
+// client streaming large notifications keeps reusing one). A websocket's
+// CloseWith takes at most a second whatever the peer does. The stdio transport buffers writes until Flush, which the
 // connection's writer calls whenever its queues are empty, so bursts of
 // small messages share system calls.
 package wire

@@ -14,6 +14,10 @@ type ID []byte
 // MalformedID is the id of the answer to a message that could not be parsed.
 var MalformedID = ID("-1")
 
+// NullID is the id of the answer to a request whose id is null (JSON-RPC
+// 2.0: the id could not be determined).
+var NullID = ID("null")
+
 // IntID returns the ID of an integer.
 func IntID(n int64) ID { return ID(strconv.AppendInt(nil, n, 10)) }
 
@@ -55,18 +59,27 @@ type rawEnvelope struct {
 var null = []byte("null")
 
 // Decode parses one inbound message. A message that is not valid JSON or
-// not a valid envelope yields an error from [ErrMalformed]; the caller
-// answers it with [MalformedID] and keeps the connection open.
+// not a valid envelope yields an error from [ErrMalformed] and a Message
+// whose ID is the id to answer it with: [NullID] for a request whose id is
+// null, [MalformedID] otherwise. The caller answers and keeps the
+// connection open. An id is accepted only if it can be echoed byte for
+// byte: an integer (int64) or a string that is valid UTF-8.
 func Decode(data []byte) (Message, *Error) {
-	var env rawEnvelope
-	if err := json.Unmarshal(data, &env); err != nil {
-		return Message{}, ErrMalformed(err.Error())
+	env, ok := scanEnvelope(data)
+	if !ok {
+		env = rawEnvelope{}
+		if err := json.Unmarshal(data, &env); err != nil {
+			return Message{ID: MalformedID}, ErrMalformed(err.Error())
+		}
 	}
 	var m Message
 	id := bytes.TrimSpace(env.ID)
+	if env.ID != nil && bytes.Equal(id, null) && env.Method != nil {
+		return Message{ID: NullID}, ErrMalformed("id must be an integer or a string, not null")
+	}
 	if len(id) > 0 && !bytes.Equal(id, null) {
-		if !validID(id) {
-			return Message{}, ErrMalformed("id must be an integer or a string")
+		if e := checkID(id); e != nil {
+			return Message{ID: MalformedID}, e
 		}
 		m.ID = ID(id)
 	}
@@ -81,22 +94,33 @@ func Decode(data []byte) (Message, *Error) {
 	case m.ID != nil && (env.Result != nil || env.Error != nil):
 		m.Kind, m.Result, m.Error = KindResponse, env.Result, env.Error
 	default:
-		return Message{}, ErrMalformed("expected a request, a notification or a response")
+		return Message{ID: MalformedID}, ErrMalformed("expected a request, a notification or a response")
 	}
 	if m.Method == "" && m.Kind != KindResponse {
-		return Message{}, ErrMalformed("method must not be empty")
+		return Message{ID: MalformedID}, ErrMalformed("method must not be empty")
 	}
 	return m, nil
 }
 
-func validID(id []byte) bool {
+// checkID accepts what can be echoed byte for byte into a valid response:
+// an integer that fits int64, or a JSON string that is valid UTF-8 (a
+// string with invalid UTF-8 would reach the client altered).
+func checkID(id []byte) *Error {
 	switch id[0] {
 	case '"':
 		var s string
-		return json.Unmarshal(id, &s) == nil
+		if json.Unmarshal(id, &s) != nil {
+			return ErrMalformed("id must be an integer or a string")
+		}
+		if !utf8.Valid(id) {
+			return ErrMalformed("id must be valid UTF-8")
+		}
+		return nil
 	default:
-		_, err := strconv.ParseInt(string(id), 10, 64)
-		return err == nil
+		if _, err := strconv.ParseInt(string(id), 10, 64); err != nil {
+			return ErrMalformed("id must be an integer or a string")
+		}
+		return nil
 	}
 }
 
@@ -215,3 +239,75 @@ func AppendString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// scanEnvelope is Decode's fast path: for a valid JSON object whose
+// members are spelled exactly (no escapes in keys, a method string without
+// escapes, valid UTF-8) it finds id, method, params, result and error in one scan and
+// copies the message once (the caller's buffer is reused by the
+// transport), instead of a reflective decode that copies each member. It
+// reports false for anything else (invalid JSON, a method that is not a
+// plain string, a key that only encoding/json's case-insensitive matching
+// would take), which the reflective decode then handles, with its error
+// texts. As encoding/json, the last of duplicate members wins.
+func scanEnvelope(data []byte) (rawEnvelope, bool) {
+	var env rawEnvelope
+	if !json.Valid(data) {
+		return env, false
+	}
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return env, false
+	}
+	data = bytes.Clone(data)
+	i++
+	for {
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] == '}' {
+			return env, true
+		}
+		if data[i] == ',' {
+			i++
+			continue
+		}
+		end := skipString(data, i)
+		key := data[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return env, false
+		}
+		i = skipSpace(data, end)
+		i = skipSpace(data, i+1) // past ':'
+		vend := skipValue(data, i)
+		val := bytes.TrimRight(data[i:vend], " \t\r\n")
+		i = vend
+		switch string(key) {
+		case "id":
+			env.ID = val
+		case "method":
+			if val[0] != '"' || bytes.IndexByte(val, '\\') >= 0 || !utf8.Valid(val) {
+				if bytes.Equal(val, null) {
+					env.Method = nil
+					continue
+				}
+				return env, false
+			}
+			m := string(val[1 : len(val)-1])
+			env.Method = &m
+		case "params":
+			env.Params = val
+		case "result":
+			env.Result = val
+		case "error":
+			env.Error = val
+		default:
+			for _, k := range envelopeKeys {
+				if bytes.EqualFold(key, []byte(k)) {
+					return env, false
+				}
+			}
+		}
+	}
+}
+
+// envelopeKeys are the members scanEnvelope takes; a key equal to one of
+// them without regard to case goes to the reflective decode.
+var envelopeKeys = [...]string{"id", "method", "params", "result", "error"}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -20,7 +21,6 @@ func TestDecodeKinds(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":"abc","method":"m"}`, KindRequest, `"abc"`, "m", ``},
 		{`{"id":"a\"b","method":"m","params":null}`, KindRequest, `"a\"b"`, "m", ``},
 		{`{"method":"initialized"}`, KindNotification, ``, "initialized", ``},
-		{`{"id":null,"method":"n","params":[1]}`, KindNotification, ``, "n", `[1]`},
 		{`{"id":7,"result":{}}`, KindResponse, `7`, "", ``},
 		{`{"id":7,"error":{"code":1,"message":"x"}}`, KindResponse, `7`, "", ``},
 		{`{"id":-3,"method":"m","extra":true}`, KindRequest, `-3`, "m", ``},
@@ -48,6 +48,41 @@ func TestDecodeMalformed(t *testing.T) {
 		}
 		if err.Code != CodeInvalidRequest || !strings.HasPrefix(err.Message, "invalid JSON-RPC message") {
 			t.Errorf("Decode(%q) = %d %q", in, err.Code, err.Message)
+		}
+	}
+}
+
+// Each bad id is refused with the id to answer it with: null for a null
+// id (JSON-RPC 2.0), -1 for an id that cannot be echoed byte for byte.
+func TestDecodeRefusedIDs(t *testing.T) {
+	cases := []struct {
+		in      string
+		replyID ID
+		detail  string
+	}{
+		{`{"id":null,"method":"environment/status"}`, NullID, "not null"},
+		{`{"id":null,"method":"initialized","params":{}}`, NullID, "not null"},
+		{` {"id" : null , "method":"n","params":[1]}`, NullID, "not null"},
+		{"{\"id\":\"\xff\xfe\",\"method\":\"m\"}", MalformedID, "valid UTF-8"},
+		{"{\"id\":\"ok\xc3\",\"method\":\"m\"}", MalformedID, "valid UTF-8"},
+		{`{"id":1e3,"method":"m"}`, MalformedID, "integer or a string"},
+		{`{"id":9223372036854775808,"method":"m"}`, MalformedID, "integer or a string"},
+	}
+	for _, c := range cases {
+		m, err := Decode([]byte(c.in))
+		if err == nil {
+			t.Errorf("Decode(%q) succeeded: %+v", c.in, m)
+			continue
+		}
+		if err.Code != CodeInvalidRequest || !strings.Contains(err.Message, c.detail) || string(m.ID) != string(c.replyID) {
+			t.Errorf("Decode(%q) = id %s, %d %q; want id %s and a -32600 saying %q", c.in, m.ID, err.Code, err.Message, c.replyID, c.detail)
+		}
+	}
+	// Escapes are not invalid UTF-8: they are echoed as sent.
+	for _, in := range []string{`{"id":"\ud800","method":"m"}`, `{"id":"\u00e9t\u00e9","method":"m"}`, "{\"id\":\"été\",\"method\":\"m\"}"} {
+		m, err := Decode([]byte(in))
+		if err != nil || !strings.Contains(in, string(m.ID)) {
+			t.Errorf("Decode(%q) = id %s, %v; want the id as sent", in, m.ID, err)
 		}
 	}
 }
@@ -208,4 +243,36 @@ func TestParseOutputNotification(t *testing.T) {
 			t.Errorf("ParseOutputNotification(%s) accepted: %+v", msg, n)
 		}
 	}
+}
+
+// FuzzEnvelopeFastPath: whatever scanEnvelope accepts, the reflective
+// decode accepts too and finds the same members, byte for byte.
+func FuzzEnvelopeFastPath(f *testing.F) {
+	for _, s := range []string{
+		`{"id":1,"method":"process/read","params":{"processId":"p","afterSeq":0}}`,
+		`{"jsonrpc":"2.0","id":"a\u00e9","method":"x","params":null}`,
+		`{"id":null,"method":"m"}`, `{"id":1,"result":{"a":[1,2,{"b":"}"}]}}`,
+		`{"id":2,"error":{"code":-1,"message":"x\"y"}}`, `{"method":"a","method":"b"}`,
+		`{"METHOD":"a"}`, `{"method":"a\nb"}`, ` { "id" : 7 , "method" : "m" , "params" : { } } `,
+		`{"method":5}`, `[1]`, `{"id":1,"method":"m","params":"s"}`, `{"a\u0069d":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast, ok := scanEnvelope(data)
+		if !ok {
+			return
+		}
+		var slow rawEnvelope
+		if err := json.Unmarshal(data, &slow); err != nil {
+			t.Fatalf("fast path took %q; encoding/json: %v", data, err)
+		}
+		same := func(a, b json.RawMessage) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }
+		if !same(fast.ID, slow.ID) || !same(fast.Params, slow.Params) || !same(fast.Result, slow.Result) || !same(fast.Error, slow.Error) {
+			t.Fatalf("%q: fast %+v, slow %+v", data, fast, slow)
+		}
+		if (fast.Method == nil) != (slow.Method == nil) || (fast.Method != nil && *fast.Method != *slow.Method) {
+			t.Fatalf("%q: method fast %v, slow %v", data, fast.Method, slow.Method)
+		}
+	})
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // JSON-RPC error codes of PROTOCOL.md section 2. They are mapped here and
@@ -15,6 +16,10 @@ const (
 	CodeInternal        = -32603
 	CodeNotFound        = -32004
 	CodeSessionAttached = -32010
+	// CodeBudgetExceeded: a server-wide or per-session budget (connections,
+	// processes, open files, retained output, outbound memory) refused the
+	// request; the message names the limit, its value and the flag that sets it.
+	CodeBudgetExceeded = -32011
 )
 
 // Error is a JSON-RPC error object. Its Message is part of the contract:
@@ -184,4 +189,19 @@ func ErrHTTPBodyTooLarge(limit int64) *Error {
 // executor cannot provide (section 7.2); reason says what is missing.
 func ErrManagedNetwork(reason string) *Error {
 	return Errorf(CodeInvalidParams, "managed network cannot be provided: %s", reason)
+}
+
+// ErrEnvName: an environment variable name a child's environment cannot
+// carry (empty, or containing '=' or NUL) in field (env, envPolicy.set).
+func ErrEnvName(field, name string) *Error {
+	return Errorf(CodeInvalidParams, "invalid environment variable name %q in `%s`: a name must not be empty or contain '=' or NUL", name, field)
+}
+
+// ErrBudget: a server budget refused the request. limit names it (e.g.
+// "processes per session"), value is its value, flag the setting that
+// changes it and detail the state that made it refuse.
+func ErrBudget(limit, value, flag, detail string) *Error {
+	e := Errorf(CodeBudgetExceeded, "limit reached: %s = %s (%s): %s", limit, value, flag, detail)
+	e.Limit = strings.ReplaceAll(limit, " ", "_") // the metric label: "processes_per_session"
+	return e
 }

@@ -51,7 +51,8 @@ func NewStdioTransport(r io.Reader, w io.Writer, maxMessage int) *StdioTransport
 	return t
 }
 
-// ReadMessage returns the next non-empty line without its newline.
+// ReadMessage returns the next non-empty line without its newline. The
+// slice is reused by the next call unless ReleaseReadBuffer drops it.
 func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	for {
 		t.line = t.line[:0]
@@ -92,6 +93,10 @@ func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 		return msg, nil
 	}
 }
+
+// ReleaseReadBuffer drops the line buffer; the last message stays valid
+// for its holder. Called by the ReadMessage caller only.
+func (t *StdioTransport) ReleaseReadBuffer() { t.line = nil }
 
 // WriteMessage buffers msg and a newline; Flush sends them.
 func (t *StdioTransport) WriteMessage(ctx context.Context, msg []byte) error {

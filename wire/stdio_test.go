@@ -55,3 +55,21 @@ func TestStdioCloseUnblocksRead(t *testing.T) {
 		t.Fatal("read after Close succeeded")
 	}
 }
+
+// A line buffer grown for a large message is dropped when the reader
+// releases it; the message stays valid.
+func TestStdioReleasesLargeLineBuffer(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	tr := NewStdioTransport(strings.NewReader(big+"\n{}\n"), io.Discard, 0)
+	m, err := tr.ReadMessage(context.Background())
+	if err != nil || len(m) != len(big) {
+		t.Fatalf("read %d bytes, %v", len(m), err)
+	}
+	ReleaseReadBuffer(tr)
+	if tr.line != nil || string(m) != big {
+		t.Errorf("after a release: buffer of %d bytes kept, message intact %v", cap(tr.line), string(m) == big)
+	}
+	if m, err := tr.ReadMessage(context.Background()); err != nil || string(m) != "{}" {
+		t.Fatalf("read %q, %v", m, err)
+	}
+}

@@ -38,6 +38,13 @@ the median with min and max over --runs:
 MB is 10^6 bytes. --spawn runs CMD with sh -c "exec CMD" and reads the URL
 from its stdout (or, with --stdio, speaks the protocol on its stdin/stdout);
 its pid is then known. With --connect, pass --pid for CPU/RSS figures.
+
+With --soak (websocket only, the pid known) it runs hostile and careless
+clients instead, one phase after another, and reports the server's RSS and
+descriptors and a well-behaved client's environment/status percentiles:
+idle connections, slow ones (each starts cat /dev/zero and never reads),
+greedy ones (each starts sleep 1000 until refused, then a new connection's
+first start), and connections that each send one large process/write.
 `
 
 type benchOpts struct {
@@ -72,9 +79,23 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.rpcMethod, "rpc-method", "process/read", "the request timed in figure d (process/read, or environment/status to leave out the process actor)")
 	fs.IntVar(&o.pid, "pid", 0, "the server's pid, for CPU, RSS and thread figures (known with --spawn)")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the benchmark client to this file")
+	soak := fs.Bool("soak", false, "instead of figures a-f, run the hostile-client soak: idle, slow (never reading) and greedy (start until refused) clients, then large requests; reports RSS, fds and environment/status latency")
+	var so soakOpts
+	fs.IntVar(&so.idle, "idle-clients", 200, "soak: idle connections")
+	fs.IntVar(&so.slow, "slow-clients", 50, "soak: connections that start `cat /dev/zero` and never read")
+	fs.DurationVar(&so.slowFor, "slow-for", 10*time.Second, "soak: how long the slow phase lasts")
+	fs.IntVar(&so.greedy, "greedy-clients", 2, "soak: connections that start `sleep 1000` until refused")
+	fs.IntVar(&so.greedyProcs, "greedy-procs", 4096, "soak: starts each greedy connection attempts")
+	fs.IntVar(&so.large, "large-clients", 20, "soak: connections that each send one large process/write")
+	fs.IntVar(&so.largeBytes, "large-bytes", 60_000_000, "soak: size of each large request")
+	fs.DurationVar(&so.largeSettle, "large-settle", 5*time.Second, "soak: wait after the large answers before measuring RSS")
+	fs.DurationVar(&so.fdSettle, "fd-settle", 10*time.Second, "soak: wait after terminating the greedy processes before counting fds")
 	sandbox := fs.String("sandbox", "none", "start every process under this sandbox: none, read-only or workspace-write (cwd / as the root); figures are labelled")
 	tokenFile := fs.String("token-file", "", "with --connect: file holding the server's bearer token (or set RUNTIMED_AUTH_TOKEN)")
 	caFile := fs.String("ca", "", "with --connect wss://: PEM certificate(s) to trust (default: the system roots)")
+	vs := fs.String("vs", "", "with --spawn: also start this server (the reference exec-server) and time figure d on both, interleaved, with ratios")
+	echo := fs.Bool("echo", false, "with --spawn: also time figure d on a bare Go websocket JSON-RPC echo server (this binary), interleaved, with ratios")
+	serveEchoMode := fs.Bool("serve-echo", false, "serve the bare echo server used by --echo (prints its URL)")
 	if code, done := parseArgs(fs, args); done {
 		return code
 	}
@@ -86,6 +107,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stopProfile()
 	}
+	if *serveEchoMode {
+		return serveEcho(stdout, stderr)
+	}
 	if (*connect == "") == (*spawn == "") {
 		fmt.Fprintln(stderr, "runtimed bench: give exactly one of --connect URL or --spawn 'CMD'")
 		return 2
@@ -93,7 +117,15 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 
+	if *vs != "" || *echo {
+		if *spawn == "" || *stdio {
+			fmt.Fprintln(stderr, "runtimed bench: --vs and --echo need --spawn 'CMD' (websocket)")
+			return 2
+		}
+		return compareCmd(ctx, o, *spawn, *vs, *echo, *jsonOut, stdout, stderr)
+	}
 	var dial func(ctx context.Context) (wire.Transport, error)
+	srvURL := *connect
 	if *spawn != "" {
 		srv, err := spawnServer(ctx, *spawn, *stdio, stderr)
 		if err != nil {
@@ -113,6 +145,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 			}
 		} else {
 			url := srv.url
+			srvURL = url
 			dial = func(ctx context.Context) (wire.Transport, error) { return wire.DialWebsocket(ctx, url, nil, 256<<20) }
 		}
 	} else {
@@ -125,6 +158,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		dial = func(ctx context.Context) (wire.Transport, error) {
 			return wire.DialWebsocketTLS(ctx, url, header, tlsConfig, 256<<20)
 		}
+	}
+	if *soak {
+		so.pid = o.pid
+		return soakCmd(ctx, so, *connect, *spawn, *stdio, srvURL, *jsonOut, stdout, stderr)
 	}
 	t, err := dial(ctx)
 	if err != nil {

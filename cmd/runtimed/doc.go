@@ -10,13 +10,17 @@
 //	runtimed fs cat|put|ls|stat [--connect URL] PATH                 files on the server (or here)
 //	runtimed bench (--connect URL | --spawn CMD [--stdio])           measure a compatible server
 //	runtimed version                                                 build information
+//	runtimed bench --soak (--connect URL --pid PID | --spawn CMD)    hostile clients: RSS, fds, latency
 //
 // Without --connect, exec, stdio and fs run through an embedded runtime.
 // Client commands take --token-file and --ca; serve's TLS, metrics and
 // exposure flags are in serve_net.go (docs/operations.md describes them).
 // serve's --http-requests=false refuses http/request, and
-// --http-max-body-bytes caps a buffered http/request body (README lists
-// every flag).
+// --http-max-body-bytes caps a buffered http/request body; the budget flags
+// (--max-connections, --max-processes-total, --max-open-files, --fd-reserve,
+// --max-retained-bytes, --max-outbound-bytes, --outbound-queue-bytes,
+// --slow-consumer-timeout) default to values derived from the machine and
+// are logged at start-up (README lists every flag).
 //
 // # Concurrency
 //

@@ -47,6 +47,14 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defaultSandbox := fs.String("default-sandbox", "", "confine starts that carry no sandbox: read-only or workspace-write (project root = the start's cwd); empty: run them unconfined")
 	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
 	supervise := fs.String("supervise", "", "keep the services described in this JSON file running (see docs or runtime.LoadServices); they show in process/list")
+	maxConns := fs.Int("max-connections", 0, "open connections allowed (0: derived from RLIMIT_NOFILE and memory; -1: unlimited)")
+	maxProcsTotal := fs.Int("max-processes-total", 0, "active processes allowed server-wide (0: derived from RLIMIT_NOFILE and memory; -1: unlimited)")
+	maxOpenFiles := fs.Int("max-open-files", 0, "descriptors connections (1 each) and processes (6 each) may hold (0: RLIMIT_NOFILE less what the server uses; -1: unlimited)")
+	fdReserve := fs.Int("fd-reserve", 0, "part of --max-open-files kept for new connections and first starts (0: 1/16, between 32 and 1024)")
+	maxRetained := fs.Int64("max-retained-bytes", 0, "output memory all processes may hold, each its retention plus read-ahead while running (0: half of memory; -1: unlimited)")
+	maxOutbound := fs.Int64("max-outbound-bytes", 0, "outbound queue memory of all connections (0: an eighth of memory; -1: unlimited)")
+	outboundQueue := fs.Int("outbound-queue-bytes", runtime.DefaultOutboundQueueBytes, "one connection's outbound queue budget; beyond it its processes stop being read")
+	slowConsumer := fs.Duration("slow-consumer-timeout", runtime.DefaultSlowConsumerTimeout, "close a websocket connection whose outbound queue makes no progress for this long (0: never)")
 	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible, else subreaper), subreaper (the daemon adopts and kills orphaned descendants) or pgroup (process groups only)")
 	nf := registerNetFlags(fs)
 	var origins, fsRoots stringList
@@ -104,6 +112,15 @@ pair. Operator's guide: docs/operations.md.`)
 
 		DisableHTTPRequests: !*httpRequests,
 		MaxHTTPBodyBytes:    *httpMaxBody,
+
+		MaxConnections:      *maxConns,
+		MaxProcessesTotal:   *maxProcsTotal,
+		MaxOpenFiles:        *maxOpenFiles,
+		FDReserve:           *fdReserve,
+		MaxRetainedBytes:    *maxRetained,
+		MaxOutboundBytes:    *maxOutbound,
+		OutboundQueueBytes:  *outboundQueue,
+		SlowConsumerTimeout: nonZero(*slowConsumer),
 	}
 	if *supervise != "" {
 		svcs, err := runtime.LoadServices(*supervise)
@@ -131,8 +148,12 @@ pair. Operator's guide: docs/operations.md.`)
 		fmt.Fprintf(stderr, "runtimed serve: --fs-root: %v\n", err)
 		return 2
 	}
-	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 || *httpMaxBody <= 0 {
-		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks, --max-processes, --max-message-bytes and --http-max-body-bytes must be positive")
+	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 || *httpMaxBody <= 0 || *outboundQueue <= 0 {
+		fmt.Fprintln(stderr, "runtimed serve: --retain-bytes, --retain-chunks, --max-processes, --max-message-bytes, --http-max-body-bytes and --outbound-queue-bytes must be positive")
+		return 2
+	}
+	if *fdReserve < 0 || *slowConsumer < 0 {
+		fmt.Fprintln(stderr, "runtimed serve: --fd-reserve and --slow-consumer-timeout must not be negative")
 		return 2
 	}
 
@@ -211,6 +232,7 @@ func serveWS(ctx context.Context, cfg runtime.Config, listen string, nf *netFlag
 		return 1
 	}
 	srv := runtime.NewServer(cfg)
+	logBudgets(log, srv.Budgets())
 	if err := startServices(ctx, srv, stderr); err != nil {
 		return 2
 	}
@@ -329,4 +351,18 @@ func startCPUProfile(path string) (func(), error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// logBudgets says which server-wide limits are in force (0: unlimited).
+func logBudgets(log *zap.Logger, b runtime.Budgets) {
+	log.Info("budgets",
+		zap.Int("max_connections", b.MaxConnections),
+		zap.Int("max_processes_total", b.MaxProcessesTotal),
+		zap.Int("max_open_files", b.MaxOpenFiles),
+		zap.Int("fd_reserve", b.FDReserve),
+		zap.Int64("max_retained_bytes", b.MaxRetainedBytes),
+		zap.Int64("max_outbound_bytes", b.MaxOutboundBytes),
+		zap.Int("outbound_queue_bytes", b.OutboundQueueBytes),
+		zap.Duration("slow_consumer_timeout", b.SlowConsumerTimeout),
+		zap.Int("rlimit_nofile", b.RLimitNoFile))
 }

@@ -1,0 +1,34 @@
+package actors
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/runtimed/runtimed/wire"
+)
+
+// checkEnvNames refuses environment variable names a child's environment
+// cannot carry: empty, or containing '=' or NUL (-32602 naming the field
+// and the name). Names are checked in sorted order, so the error is stable.
+func checkEnvNames(field string, env map[string]string) *wire.Error {
+	var bad []string
+	for k := range env {
+		if !ValidEnvName(k) {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return wire.ErrEnvName(field, bad[0])
+}
+
+// ValidEnvName reports whether name can be an environment variable name:
+// not empty, without '=' or NUL.
+func ValidEnvName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "=\x00")
+}
+
+// CheckEnvNames is checkEnvNames for package runtime's Local.
+func CheckEnvNames(field string, env map[string]string) *wire.Error { return checkEnvNames(field, env) }
