@@ -2,6 +2,8 @@ package contain
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -77,12 +79,13 @@ func childrenOf(pid string) []int {
 // ignoring the descriptors in skip (the reaper's own). Go's os.StartProcess
 // holds a pidfd on every child from the clone until Wait (or Release), so
 // a child of this process that nobody else holds a pidfd on is not
-// waited for by anyone.
-func heldPidfds(skip map[int]bool) map[int]bool {
+// waited for by anyone. ok is false when the table could not be read
+// whole (out of descriptors, say): the caller must then reap nothing.
+func heldPidfds(skip map[int]bool) (held map[int]bool, ok bool) {
 	out := map[int]bool{}
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	for _, e := range ents {
 		fd, err := strconv.Atoi(e.Name())
@@ -90,12 +93,21 @@ func heldPidfds(skip map[int]bool) map[int]bool {
 			continue
 		}
 		link, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err != nil || !(link == "anon_inode:[pidfd]" || strings.HasPrefix(link, "pidfd:")) {
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // closed meanwhile
+		}
+		if err != nil {
+			return nil, false
+		}
+		if link != "anon_inode:[pidfd]" && !strings.HasPrefix(link, "pidfd:") {
 			continue
 		}
 		b, err := os.ReadFile("/proc/self/fdinfo/" + e.Name())
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // closed meanwhile
+		}
 		if err != nil {
-			continue
+			return nil, false
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "Pid:"); ok {
@@ -106,7 +118,7 @@ func heldPidfds(skip map[int]bool) map[int]bool {
 			}
 		}
 	}
-	return out
+	return out, true
 }
 
 // pidfdOpen returns a pidfd on pid (close-on-exec), or -1.

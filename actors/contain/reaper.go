@@ -457,8 +457,12 @@ func (r *reaper) scan() {
 		}
 	}
 	if len(unknown) > 0 {
-		held := heldPidfds(r.ownFDs(unknown))
+		held, whole := heldPidfds(r.ownFDs(unknown))
 		for _, p := range unknown {
+			if !whole { // fail closed: reap nothing, look again at the next sweep
+				unix.Close(p.fd)
+				continue
+			}
 			if held[p.pid] {
 				r.direct[p.pid] = &directCh{start: p.start}
 				unix.Close(p.fd)
