@@ -65,7 +65,7 @@ func BenchmarkActorRoundTrip(b *testing.B) {
 
 // BenchmarkSpawnToClosed measures spawning /bin/true through to its closed
 // event in-process: the part of figure (a) that is not the protocol, with
-// process-group containment, a cgroup per process, and through the sandbox
+// process-group containment, the subreaper, a cgroup per process, and through the sandbox
 // helper (read-only and workspace-write policies).
 func BenchmarkSpawnToClosed(b *testing.B) {
 	h, err := sandbox.Probe(os.TempDir())
@@ -81,6 +81,7 @@ func BenchmarkSpawnToClosed(b *testing.B) {
 		policy *sandbox.Policy
 	}{
 		{"pgroup", contain.ModePgroup, nil},
+		{"subreaper", contain.ModeSubreaper, nil},
 		{"cgroup2", contain.ModeCgroup2, nil},
 		{"cgroup2+sandbox-read-only", contain.ModeCgroup2, ro},
 		{"cgroup2+sandbox-workspace-write", contain.ModeCgroup2, ww},

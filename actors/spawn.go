@@ -235,7 +235,7 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 		s.streams = []Stream{Stdout, Stderr}
 		attr.Files = []*os.File{stdinChild, outW, errW}
 	}
-	if iso.Contain != nil && (iso.Contain.Mode() != "pgroup" || !spec.Limits.IsZero()) {
+	if iso.Contain != nil && (iso.Contain.Mode() != contain.ModePgroup || !spec.Limits.IsZero()) {
 		g, gerr := iso.Contain.NewGroup(spec.Limits)
 		if gerr != nil {
 			return nil, &SpawnError{Argv0: spec.Argv[0], Err: gerr}
@@ -270,6 +270,14 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 		return nil, &SpawnError{Argv0: spec.Argv[0], Err: errUnwrapPath(serr)}
 	}
 	s.proc, s.pid = proc, proc.Pid
+	if gerr := s.group.Started(proc.Pid); gerr != nil { // the subreaper's tree root
+		_ = proc.Kill()
+		_, _ = proc.Wait()
+		if launch != nil {
+			launch.Abort()
+		}
+		return nil, &SpawnError{Argv0: spec.Argv[0], Err: gerr}
+	}
 	if launch != nil {
 		if herr := launch.Started(); herr != nil {
 			_, _ = proc.Wait() // the helper exits at once; reap it

@@ -109,7 +109,8 @@ type Config struct {
 	// DefaultSandbox applies) with -32602.
 	RequireSandbox bool
 	// Containment is ContainAuto (a cgroup per process tree where this host
-	// allows it) or ContainProcessGroup.
+	// allows it, else a child subreaper), ContainSubreaper or
+	// ContainProcessGroup.
 	Containment string
 	// Services are kept running by the server (StartServices; runtimed
 	// serve --supervise FILE) and shown by process/list of every session.

@@ -55,7 +55,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	maxOutbound := fs.Int64("max-outbound-bytes", 0, "outbound queue memory of all connections (0: an eighth of memory; -1: unlimited)")
 	outboundQueue := fs.Int("outbound-queue-bytes", runtime.DefaultOutboundQueueBytes, "one connection's outbound queue budget; beyond it its processes stop being read")
 	slowConsumer := fs.Duration("slow-consumer-timeout", runtime.DefaultSlowConsumerTimeout, "close a websocket connection whose outbound queue makes no progress for this long (0: never)")
-	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible) or pgroup")
+	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible, else subreaper), subreaper (the daemon adopts and kills orphaned descendants) or pgroup (process groups only)")
 	nf := registerNetFlags(fs)
 	var origins, fsRoots stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
@@ -134,8 +134,10 @@ pair. Operator's guide: docs/operations.md.`)
 	case "auto":
 	case "pgroup":
 		cfg.Containment = runtime.ContainProcessGroup
+	case "subreaper":
+		cfg.Containment = runtime.ContainSubreaper
 	default:
-		fmt.Fprintf(stderr, "runtimed serve: --containment %q: expected auto or pgroup\n", *containment)
+		fmt.Fprintf(stderr, "runtimed serve: --containment %q: expected auto, subreaper or pgroup\n", *containment)
 		return 2
 	}
 	if *defaultSandbox != "" && *defaultSandbox != "read-only" && *defaultSandbox != "workspace-write" {
