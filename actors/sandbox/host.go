@@ -36,6 +36,10 @@ type Host struct {
 	// directory that hide denied paths (nothing is ever written in it on
 	// the host).
 	Scratch string
+	// HelperOnly sends every confined start through the helper, also
+	// those Start would enforce on a spawning thread (tests and
+	// benchmarks compare the two ways).
+	HelperOnly bool
 }
 
 // UnavailableError is a policy this host cannot enforce. The message names
@@ -145,9 +149,9 @@ func (h *Host) Summary() string {
 // Enforces reports whether a sandbox of any kind can be enforced here.
 func (h *Host) Enforces() bool { return h != nil && h.LandlockABI >= MinLandlockABI && h.Seccomp }
 
-// hasCap reads the effective capability set of this process.
+// hasCap reads the effective capability set of the calling thread.
 func hasCap(c int) bool {
-	f, err := os.Open("/proc/self/status")
+	f, err := os.Open("/proc/thread-self/status") // this thread's: a spawning thread drops its own
 	if err != nil {
 		return false
 	}
