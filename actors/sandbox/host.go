@@ -23,6 +23,9 @@ const MinLandlockABI = 6
 type Host struct {
 	// LandlockABI is the kernel's Landlock ABI version (0: none).
 	LandlockABI int
+	// LandlockErrata is the kernel's bit set of fixed Landlock errata
+	// (bit N-1 for erratum N).
+	LandlockErrata int
 	// Seccomp reports whether seccomp filters can be installed.
 	Seccomp bool
 	// MountNS reports whether a child can get a private mount namespace
@@ -65,6 +68,9 @@ func Probe(scratch string) (*Host, error) {
 	h := &Host{}
 	if v, err := ll.LandlockGetABIVersion(); err == nil {
 		h.LandlockABI = v
+		if e, err := ll.LandlockGetErrata(); err == nil {
+			h.LandlockErrata = e
+		}
 	}
 	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err == nil {
 		h.Seccomp = seccompFilterAvailable()
@@ -81,6 +87,17 @@ func Probe(scratch string) (*Host, error) {
 	}
 	h.Scratch = dir
 	return h, nil
+}
+
+// erratumThreadSignals is Landlock erratum 2 (ABI 6): threads of one
+// process may always signal each other whatever their domains. Without
+// it, a confined spawning thread could not send the Go runtime's
+// preemption signals to the process's other threads.
+const erratumThreadSignals = 1 << (2 - 1)
+
+// confinesThreads reports whether Start may confine a spawning thread.
+func (h *Host) confinesThreads() bool {
+	return h != nil && !h.HelperOnly && h.LandlockErrata&erratumThreadSignals != 0
 }
 
 // Close removes the scratch directory.

@@ -27,9 +27,11 @@ import (
 // that need process-wide state before exec (rlimits, v1 cgroups to join),
 // or that ask for a parent-death signal (which would follow the spawning
 // thread's exit), go through the helper: this executable re-exec'd in
-// helper mode (see helper.go), as do all plans when h.HelperOnly is set.
+// helper mode (see helper.go), as do all plans when h.HelperOnly is set
+// or the kernel lacks Landlock erratum 2 (a confined thread could not
+// signal its siblings, which the Go runtime does to preempt goroutines).
 func Start(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
-	if plan.Policy != nil && len(plan.Rlimits) == 0 && len(plan.JoinCgroups) == 0 && h != nil && !h.HelperOnly &&
+	if plan.Policy != nil && len(plan.Rlimits) == 0 && len(plan.JoinCgroups) == 0 && h.confinesThreads() &&
 		(attr.Sys == nil || attr.Sys.Pdeathsig == 0) {
 		l, err := planFor(h, plan.Policy)
 		if err != nil {
