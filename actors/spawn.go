@@ -31,7 +31,8 @@ type Spec struct {
 	// code is then TimeoutExitCode (the app-server dialect's timeoutMs).
 	Timeout time.Duration
 	// Sandbox, if non-nil, is enforced by the kernel on the child and every
-	// descendant (through the sandbox helper; see package sandbox).
+	// descendant (on a spawning thread or through the sandbox helper; see
+	// package sandbox).
 	Sandbox *sandbox.Policy
 	// Limits bound the whole tree (cgroups where possible, else rlimits).
 	Limits contain.Limits
@@ -146,7 +147,7 @@ func LookPath(argv0, dir string, env []string) (string, error) {
 
 // startOS starts the child described by spec in its own session and
 // process group, in a cgroup of its own where iso has a manager, through
-// the sandbox helper when it needs a policy or per-process limits.
+// package sandbox when it needs a policy or per-process limits.
 func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 	if len(spec.Argv) == 0 {
 		return nil, &SpawnError{Err: errors.New("argv must not be empty")}
