@@ -19,8 +19,10 @@
 // Start enforces a plan that carries only a policy on a spawning thread:
 // a goroutine locks itself to a non-main OS thread, confines that thread
 // (mount namespace, capabilities, Landlock, seccomp are per-thread kernel
-// state), forks the command from it and exits locked, so that the Go
-// runtime ends the thread. The command inherits the confinement.
+// state), takes a uid of its own (the command, set back to the daemon's
+// uid, must not be able to signal or trace it), forks the command from it
+// and exits locked, so that the Go runtime ends the thread. The command
+// inherits the confinement.
 //
 // A Go child cannot run code between fork and exec, so what must be set
 // process-wide before the exec (rlimits, v1 cgroups to join) goes through

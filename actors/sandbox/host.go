@@ -43,6 +43,9 @@ type Host struct {
 	// those Start would enforce on a spawning thread (tests and
 	// benchmarks compare the two ways).
 	HelperOnly bool
+
+	// spawner reports that a thread can take spawnerUID (see start.go).
+	spawner bool
 }
 
 // UnavailableError is a policy this host cannot enforce. The message names
@@ -76,6 +79,7 @@ func Probe(scratch string) (*Host, error) {
 		h.Seccomp = seccompFilterAvailable()
 	}
 	h.MountNS = hasCap(unix.CAP_SYS_ADMIN)
+	h.spawner = hasCap(unix.CAP_SETUID) && probeSpawner()
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: find own executable: %w", err)
@@ -95,9 +99,11 @@ func Probe(scratch string) (*Host, error) {
 // preemption signals to the process's other threads.
 const erratumThreadSignals = 1 << (2 - 1)
 
-// confinesThreads reports whether Start may confine a spawning thread.
+// confinesThreads reports whether Start may confine a spawning thread:
+// it must be able to signal its siblings under Landlock and to take a
+// uid of its own (a daemon without CAP_SETUID uses the helper).
 func (h *Host) confinesThreads() bool {
-	return h != nil && !h.HelperOnly && h.LandlockErrata&erratumThreadSignals != 0
+	return h != nil && !h.HelperOnly && h.spawner && h.LandlockErrata&erratumThreadSignals != 0
 }
 
 // Close removes the scratch directory.

@@ -20,16 +20,19 @@ import (
 // A plan that carries only a policy is enforced on a spawning thread: a
 // goroutine locks itself to a fresh OS thread of this process, confines
 // that thread (private mount namespace, capabilities, Landlock, seccomp:
-// all of them per-thread kernel state), forks the command from it and
+// all of them per-thread kernel state), takes a uid of its own so that
+// the command cannot signal or trace it (see spawnerUID), forks the
+// command from it (set back to the daemon's uid before its exec) and
 // exits without unlocking, which makes the Go runtime end the thread. The
 // command inherits the thread's confinement exactly as it would inherit
 // the helper's; no other thread of this process is ever confined. Plans
 // that need process-wide state before exec (rlimits, v1 cgroups to join),
 // or that ask for a parent-death signal (which would follow the spawning
 // thread's exit), go through the helper: this executable re-exec'd in
-// helper mode (see helper.go), as do all plans when h.HelperOnly is set
-// or the kernel lacks Landlock erratum 2 (a confined thread could not
-// signal its siblings, which the Go runtime does to preempt goroutines).
+// helper mode (see helper.go), as do all plans when h.HelperOnly is set,
+// the daemon lacks CAP_SETUID, or the kernel lacks Landlock erratum 2 (a
+// confined thread could not signal its siblings, which the Go runtime does
+// to preempt goroutines).
 func Start(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	if plan.Policy != nil && len(plan.Rlimits) == 0 && len(plan.JoinCgroups) == 0 && h.confinesThreads() &&
 		(attr.Sys == nil || attr.Sys.Pdeathsig == 0) {
@@ -65,34 +68,39 @@ type threadStart struct {
 	err  error
 }
 
-// startOnThread runs the confined start on a goroutine locked to an OS
-// thread that is not the main thread (a goroutine that exits locked to
-// the main thread wedges it instead of ending it).
+// startOnThread runs the confined start on a spawning thread.
 func startOnThread(h *Host, plan Plan, l layers, attr *os.ProcAttr) (*os.Process, error) {
-	done := make(chan threadStart, 1)
-	go spawnThread(h, plan, l, attr, done)
-	r := <-done // bounded: a few syscalls and one fork/exec
+	var r threadStart
+	onThrowawayThread(func() { r.proc, r.err = confineAndStart(h, plan, l, attr) })
 	return r.proc, r.err
 }
 
-func spawnThread(h *Host, plan Plan, l layers, attr *os.ProcAttr, done chan<- threadStart) {
+// onThrowawayThread runs fn on a goroutine locked to an OS thread that is
+// not the main thread (a goroutine that exits locked to the main thread
+// wedges it instead of ending it) and returns when fn has. The thread is
+// never unlocked: whatever fn did to it (namespaces, credentials,
+// Landlock, seccomp) ends with it, and no goroutine ever runs on it again.
+func onThrowawayThread(fn func()) {
+	done := make(chan struct{})
+	go throwawayThread(fn, done)
+	<-done // bounded by fn
+}
+
+func throwawayThread(fn func(), done chan<- struct{}) {
 	goruntime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
 		// The main thread: hold it (a locked goroutine's thread runs
-		// nothing else, even while it waits) so that the start below
-		// runs on another thread, then give it back untouched.
-		inner := make(chan threadStart, 1)
-		go spawnThread(h, plan, l, attr, inner)
-		done <- <-inner
+		// nothing else, even while it waits) so that fn runs on another
+		// thread, then give it back untouched.
+		inner := make(chan struct{})
+		go throwawayThread(fn, inner)
+		<-inner
 		goruntime.UnlockOSThread()
+		close(done)
 		return
 	}
-	// From here on this thread's mount namespace, capabilities, Landlock
-	// domain and seccomp filter are the child's. It is never unlocked:
-	// when this goroutine returns, the runtime ends the thread, and no
-	// goroutine ever runs on it again.
-	proc, err := confineAndStart(h, plan, l, attr)
-	done <- threadStart{proc: proc, err: err}
+	fn()
+	close(done)
 }
 
 // confineAndStart runs on the locked spawning thread.
@@ -113,9 +121,78 @@ func confineAndStart(h *Host, plan Plan, l layers, attr *os.ProcAttr) (*os.Proce
 	if stage, err := enforce(plan.Policy, l, h.Scratch, dir, &ps); err != nil {
 		return nil, stageError(stage, err)
 	}
+	cred, err := becomeSpawner()
+	if err != nil {
+		return nil, stageError("credentials", err)
+	}
 	a := *attr
 	a.Env = plan.Env
-	return os.StartProcess(plan.Path, plan.Argv, &a)
+	sys := syscall.SysProcAttr{}
+	if attr.Sys != nil {
+		sys = *attr.Sys
+	}
+	sys.Credential = cred
+	a.Sys = &sys
+	proc, err := os.StartProcess(plan.Path, plan.Argv, &a)
+	if err == nil && afterStartHook != nil {
+		afterStartHook(proc)
+	}
+	return proc, err
+}
+
+// afterStartHook, if set (tests only), runs on the spawning thread once
+// the command has been exec'd, before the thread ends.
+var afterStartHook func(*os.Process)
+
+// spawnerUID is the uid a spawning thread takes for the rest of its life.
+// The thread shares the command's Landlock domain, and Landlock lets a
+// process signal and trace members of its own domain; a signal to one
+// thread is a signal to the whole daemon (kill(2) with a thread id), and
+// the thread's memory is the daemon's. With a uid of its own, the command
+// (back at the daemon's uid, holding no capability) may neither signal
+// nor trace it: kill and ptrace need a matching uid or CAP_KILL /
+// CAP_SYS_PTRACE. No process runs as this uid.
+const spawnerUID = 0x7ffffff0
+
+// becomeSpawner moves the calling (spawning) thread to spawnerUID,
+// keeping its capabilities for the fork child, which sets itself back to
+// the returned credentials (the daemon's uid and gid) before it execs.
+// setresuid(2) is per-thread in the kernel (syscall.Setresuid would
+// change every thread of the process: the raw call is used).
+func becomeSpawner() (*syscall.Credential, error) {
+	cred := &syscall.Credential{Uid: uint32(unix.Getuid()), Gid: uint32(unix.Getgid()), NoSetGroups: true}
+	if err := unix.Prctl(unix.PR_SET_KEEPCAPS, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("prctl(PR_SET_KEEPCAPS): %w", err)
+	}
+	if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, spawnerUID, spawnerUID, spawnerUID); errno != 0 {
+		return nil, fmt.Errorf("setresuid(%d): %w", spawnerUID, errno)
+	}
+	// KEEPCAPS kept the permitted set and cleared the effective one; the
+	// fork child needs CAP_SETUID and CAP_SETGID effective to go back.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return nil, fmt.Errorf("capget: %w", err)
+	}
+	for i := range data {
+		data[i].Effective = data[i].Permitted
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return nil, fmt.Errorf("capset: %w", err)
+	}
+	return cred, nil
+}
+
+// probeSpawner reports whether a thread of this process can become a
+// spawner (CAP_SETUID, and spawnerUID valid in this user namespace), on a
+// throwaway thread.
+func probeSpawner() bool {
+	ok := false
+	onThrowawayThread(func() {
+		_, err := becomeSpawner()
+		ok = err == nil
+	})
+	return ok
 }
 
 func stageError(stage string, err error) *ExecError {

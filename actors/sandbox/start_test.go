@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func probeOrSkip(t *testing.T) *Host {
@@ -201,5 +204,70 @@ func TestSpawningThreadsEnd(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Errorf("the process lost a right after confined starts: %v", err)
+	}
+}
+
+// TestSpawningThreadOutOfReach: while the spawning thread still lives
+// (held after the exec by a test hook), the confined command can neither
+// signal nor trace any thread of this process, the spawning thread, which
+// shares its Landlock domain, included (a signal to a thread id is a
+// signal to the whole daemon).
+func TestSpawningThreadOutOfReach(t *testing.T) {
+	h := probeOrSkip(t)
+	if !h.confinesThreads() {
+		t.Skip("confined starts go through the helper here")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	tids, release := make(chan int, 1), make(chan struct{})
+	afterStartHook = func(*os.Process) { tids <- unix.Gettid(); <-release }
+	defer func() { afterStartHook = nil }()
+	script := `for t in /proc/$PPID/task/*; do tid=${t##*/}; echo "tid $tid"
+kill -0 $tid 2>/dev/null && echo "signalled $tid"
+(exec 3</proc/$PPID/task/$tid/mem) 2>/dev/null && echo "traced $tid"; done; echo end`
+	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}}}
+	type started struct {
+		proc *os.Process
+		err  error
+	}
+	done := make(chan started, 1)
+	go func() {
+		proc, err := Start(h, Plan{Path: "/bin/bash", Argv: []string{"bash", "-c", script}, Policy: p},
+			&os.ProcAttr{Dir: "/", Files: []*os.File{devnull, w, w}, Sys: &syscall.SysProcAttr{Setsid: true}})
+		done <- started{proc, err}
+	}()
+	var tid int
+	select {
+	case tid = <-tids:
+	case s := <-done:
+		t.Fatalf("start: %v", s.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no start within 30 s")
+	}
+	w.Close()
+	_ = r.SetReadDeadline(time.Now().Add(30 * time.Second))
+	out, err := io.ReadAll(r) // the command's output, to EOF: it has exited
+	close(release)
+	s := <-done
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	_, _ = s.proc.Wait()
+	if err != nil {
+		t.Fatalf("reading the command's output: %v (%q)", err, out)
+	}
+	if !strings.Contains(string(out), fmt.Sprintf("tid %d\n", tid)) || !strings.HasSuffix(string(out), "end\n") {
+		t.Fatalf("the command did not see the spawning thread %d alive: %q", tid, out)
+	}
+	if strings.Contains(string(out), "signalled") || strings.Contains(string(out), "traced") {
+		t.Errorf("the confined command reached a thread of this process (spawning thread %d):\n%s", tid, out)
 	}
 }
