@@ -272,6 +272,11 @@ func (c *benchClient) doneErr() error {
 
 // start registers a process and starts it; wait on the returned proc's closed.
 func (c *benchClient) start(ctx context.Context, id string, argv []string, tty bool) (*benchProc, error) {
+	return c.startWith(ctx, id, argv, tty, c.sandbox)
+}
+
+// startWith is start with process/start.sandbox set to sandbox (nil: none).
+func (c *benchClient) startWith(ctx context.Context, id string, argv []string, tty bool, sandbox any) (*benchProc, error) {
 	p := &benchProc{closed: make(chan struct{})}
 	c.mu.Lock()
 	c.procs[id] = p
@@ -280,8 +285,8 @@ func (c *benchClient) start(ctx context.Context, id string, argv []string, tty b
 		"processId": id, "argv": argv, "cwd": c.path("/"), "tty": tty,
 		"env": map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"},
 	}
-	if c.sandbox != nil {
-		params["sandbox"] = c.sandbox
+	if sandbox != nil {
+		params["sandbox"] = sandbox
 	}
 	_, err := c.call(ctx, "process/start", params)
 	if err != nil {
