@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -34,7 +36,12 @@ type appProc struct {
 	cap       uint64 // 0: no cap
 	out       [2]appStream
 	exitCode  int
+	charged   int64 // buffered output charged to the retained-output budget
 }
+
+// appChargeStep is how much buffered output an adapter charges to the
+// retained-output budget at a time.
+const appChargeStep = 1 << 20
 
 type appStream struct {
 	buf        []byte
@@ -86,6 +93,10 @@ func (c *conn) spawnApp(msg wire.Message) {
 	dir, derr := absPath(p.Cwd)
 	if derr != nil {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
+		return
+	}
+	if werr := c.sup.AllowCwd(p.Cwd); werr != nil { // --fs-root: the cwd too
+		c.reply(msg.ID, nil, werr)
 		return
 	}
 	if _, ok := c.appLookup(p.ProcessHandle); ok {
@@ -158,6 +169,11 @@ func (c *conn) spawnApp(msg wire.Message) {
 // finds it free.
 func (c *conn) runApp(a *appProc) {
 	defer c.recoverPanic("app-server adapter", nil)
+	defer func() {
+		if a.charged > 0 {
+			c.sup.release(charge{retained: a.charged})
+		}
+	}()
 	released := false
 	defer func() {
 		if !released {
@@ -206,6 +222,9 @@ func (a *appProc) output(c *conn, ev Event) {
 	if a.cap > 0 && s.sent+uint64(len(data)) >= a.cap {
 		data = data[:a.cap-s.sent]
 		s.capReached = true
+	}
+	if !a.streaming {
+		data = a.chargeBuffered(c, s, data)
 	}
 	s.sent += uint64(len(data))
 	if a.streaming {
@@ -336,4 +355,28 @@ func (c *conn) app(msg wire.Message, handle string) (*appProc, bool) {
 		c.reply(msg.ID, nil, wire.ErrNoActiveHandle(handle))
 	}
 	return a, ok
+}
+
+// chargeBuffered charges buffered output to the server's retained-output
+// budget before it is kept (appChargeStep at a time), so that
+// outputBytesCap null cannot grow a connection's memory without bound:
+// when the budget refuses, the stream is cut there and reported as
+// capReached, as a cap would.
+func (a *appProc) chargeBuffered(c *conn, s *appStream, data []byte) []byte {
+	need := int64(len(a.out[0].buf)+len(a.out[1].buf)+len(data)) - a.charged
+	for need > 0 {
+		berr, err := c.sup.acquire(c.ctx, charge{retained: appChargeStep}, false)
+		if err != nil || berr != nil {
+			room := max(0, a.charged-int64(len(a.out[0].buf)+len(a.out[1].buf)))
+			data = data[:min(int64(len(data)), room)]
+			s.capReached = true
+			if berr != nil {
+				c.log.Warn("app-server output cut by the retained-output budget", zap.String("handle", a.handle), zap.Error(berr))
+			}
+			return data
+		}
+		a.charged += appChargeStep
+		need -= appChargeStep
+	}
+	return data
 }

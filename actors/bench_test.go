@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -62,67 +63,92 @@ func BenchmarkActorRoundTrip(b *testing.B) {
 	}
 }
 
-// BenchmarkSpawnToClosed measures spawning /bin/true through to its closed
-// event in-process: the part of figure (a) that is not the protocol, with
-// process-group containment, a cgroup per process, and through the sandbox
-// helper (read-only and workspace-write policies).
-func BenchmarkSpawnToClosed(b *testing.B) {
-	h, err := sandbox.Probe(os.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer h.Close()
-	ro := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}}}
-	ww := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}, {Path: os.TempDir(), Access: sandbox.Write}}}
-	cases := []struct {
-		name   string
-		mode   string
-		policy *sandbox.Policy
-	}{
-		{"pgroup", contain.ModePgroup, nil},
-		{"cgroup2", contain.ModeCgroup2, nil},
-		{"cgroup2+sandbox-read-only", contain.ModeCgroup2, ro},
-		{"cgroup2+sandbox-workspace-write", contain.ModeCgroup2, ww},
-	}
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			m := contain.NewManager(c.mode)
-			if m.Mode() != c.mode {
-				b.Skipf("host offers %s", m.Mode())
-			}
-			if c.policy != nil && !h.Enforces() {
-				b.Skip("no sandbox on this host")
-			}
-			sup := NewSupervisor(Config{
-				Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
-				DetachTTL: time.Second,
-				Isolation: Isolation{Host: h, Contain: m},
-				Logger:    zap.NewNop(),
-			})
-			defer func() { sup.Kill(); _ = sup.Wait(context.Background()); _ = m.Close() }()
-			env := BuildEnv(ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
-			i := 0
-			for b.Loop() {
-				i++
-				ref, err := sup.Spawn(fmt.Sprintf("p%d", i), Spec{Argv: []string{"/bin/true"}, Dir: "/", Env: env, Sandbox: c.policy}, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				<-ref.Closed()
-				_ = ref.Discard(context.Background())
-			}
-		})
-	}
-}
+// Spawn benchmarks: /bin/true from spawn to its closed event in-process,
+// the part of `runtimed bench` figure (a) that is not the protocol.
+// BenchmarkSpawnBare is the floor they are compared with.
 
-// BenchmarkForkExecTrue is the floor: os.StartProcess + Wait of /bin/true.
-func BenchmarkForkExecTrue(b *testing.B) {
+// BenchmarkSpawnBare is a bare fork/exec from Go: os.StartProcess of
+// /bin/true and Wait.
+func BenchmarkSpawnBare(b *testing.B) {
 	for b.Loop() {
 		p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		_, _ = p.Wait()
+	}
+}
+
+// BenchmarkSpawnContained spawns through a supervisor with process-group
+// containment and with a cgroup per process (CLONE_INTO_CGROUP, cgroup.kill).
+func BenchmarkSpawnContained(b *testing.B) {
+	for _, mode := range []string{contain.ModePgroup, contain.ModeSubreaper, contain.ModeCgroup2} {
+		b.Run(mode, func(b *testing.B) { benchSpawn(b, mode, nil, nil) })
+	}
+}
+
+// BenchmarkSpawnSandboxed spawns with a cgroup per process and a sandbox:
+// read-only, workspace-write (/ read, the temp dir writable: Landlock and
+// seccomp only) and workspace-write with a .git kept read-only (a private
+// mount namespace too); each on a spawning thread (the default) and
+// through the re-exec'd helper.
+func BenchmarkSpawnSandboxed(b *testing.B) {
+	h, err := sandbox.Probe(os.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	if !h.Enforces() {
+		b.Skip("no sandbox on this host")
+	}
+	git := b.TempDir()
+	if err := os.Mkdir(git+"/.git", 0o755); err != nil {
+		b.Fatal(err)
+	}
+	policies := []struct {
+		name   string
+		policy *sandbox.Policy
+	}{
+		{"read-only", &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}}}},
+		{"workspace-write", &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}, {Path: os.TempDir(), Access: sandbox.Write}}}},
+		{"workspace-write-git", &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}, {Path: git, Access: sandbox.Write}, {Path: git + "/.git", Access: sandbox.Read}}}},
+	}
+	for _, p := range policies {
+		for _, way := range []string{"thread", "helper"} {
+			b.Run(p.name+"/"+way, func(b *testing.B) {
+				if p.name == "workspace-write-git" && !h.MountNS {
+					b.Skip("no CAP_SYS_ADMIN for the mount namespace")
+				}
+				hw := *h
+				hw.HelperOnly = way == "helper"
+				benchSpawn(b, contain.ModeCgroup2, &hw, p.policy)
+			})
+		}
+	}
+}
+
+func benchSpawn(b *testing.B, mode string, h *sandbox.Host, policy *sandbox.Policy) {
+	m := contain.NewManager(mode)
+	if m.Mode() != mode {
+		b.Skipf("host offers %s", m.Mode())
+	}
+	sup := NewSupervisor(Config{
+		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL: time.Second,
+		Isolation: Isolation{Host: h, Contain: m},
+		Logger:    zap.NewNop(),
+	})
+	defer func() { sup.Kill(); _ = sup.Wait(context.Background()); _ = m.Close() }()
+	env := BuildEnv(ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
+	i := 0
+	for b.Loop() {
+		i++
+		ref, err := sup.Spawn(fmt.Sprintf("p%d", i), Spec{Argv: []string{"/bin/true"}, Dir: "/", Env: env, Sandbox: policy}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-ref.Closed()
+		_ = ref.Discard(context.Background())
 	}
 }
 
@@ -163,5 +189,57 @@ func BenchmarkStreamThroughActor(b *testing.B) {
 		}
 		b.ReportMetric(float64(total)/float64(chunks), "B/chunk")
 		_ = ref.Discard(context.Background())
+	}
+}
+
+// BenchmarkConnRequest measures one small request through a connection
+// actor over an in-memory transport (no network): decode, dispatch, the
+// process actor's hop for process/read, encode. It is the server's part of
+// figure (d) of runtimed bench.
+func BenchmarkConnRequest(b *testing.B) {
+	sup := NewSupervisor(Config{
+		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL: time.Second,
+		Logger:    zap.NewNop(),
+	})
+	defer func() { sup.Kill(); _ = sup.Wait(context.Background()) }()
+	client, server := memPipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { defer close(served); _ = sup.ServeConn(ctx, server, ConnOptions{}) }()
+	defer func() { cancel(); client.Close(); <-served }()
+	call := func(req string) []byte {
+		if err := client.WriteMessage(ctx, []byte(req)); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			m, err := client.ReadMessage(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !bytes.Contains(m, []byte(`"method"`)) {
+				return m
+			}
+		}
+	}
+	call(`{"id":1,"method":"initialize","params":{"clientName":"bench"}}`)
+	if err := client.WriteMessage(ctx, []byte(`{"method":"initialized","params":{}}`)); err != nil {
+		b.Fatal(err)
+	}
+	if r := call(`{"id":2,"method":"process/start","params":{"processId":"p","argv":["sleep","1000"],"cwd":"/"}}`); !bytes.Contains(r, []byte(`"result"`)) {
+		b.Fatalf("start: %s", r)
+	}
+	for _, c := range []struct{ name, req string }{
+		{"status", `{"id":3,"method":"environment/status","params":{}}`},
+		{"read", `{"id":4,"method":"process/read","params":{"processId":"p","afterSeq":0,"waitMs":0}}`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if r := call(c.req); !bytes.Contains(r, []byte(`"result"`)) {
+					b.Fatalf("%s", r)
+				}
+			}
+		})
 	}
 }

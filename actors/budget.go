@@ -42,10 +42,12 @@ type Budgets struct {
 // Descriptor estimates charged to the open-files budget. A process holds
 // its two output pipes, stdin, two pidfds and a cgroup directory while it
 // runs (and a few more for a moment while it starts); a connection its
-// socket and one for its fs worker. The reserve covers the difference.
+// socket (its fs worker opens files only while it answers, and a
+// spawn or fs request that meets EMFILE anyway is refused as this budget).
+// The reserve covers the difference.
 const (
 	FDsPerProcess    = 6
-	FDsPerConnection = 2
+	FDsPerConnection = 1
 )
 
 // FirstStarts is how many active processes a session may have and still

@@ -29,7 +29,7 @@ const (
 	connInflightCap = 4096
 	// DefaultOutboundQueueBytes is a connection's outbound queue budget when
 	// the configuration sets none.
-	DefaultOutboundQueueBytes = 1 << 20
+	DefaultOutboundQueueBytes = 256 << 10
 	// connFlushTimeout bounds the last flush when the connection ends
 	// (what is already queued for the client; nothing new is awaited).
 	connFlushTimeout = 250 * time.Millisecond
@@ -449,7 +449,7 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
 		return
 	}
-	if werr := c.sup.cfg.FsRoots.Allow(p.Cwd); werr != nil { // --fs-root: the cwd too
+	if werr := c.sup.AllowCwd(p.Cwd); werr != nil { // --fs-root: the cwd too
 		c.reply(msg.ID, nil, werr)
 		return
 	}
@@ -462,6 +462,10 @@ func (c *conn) start(msg wire.Message) {
 		return
 	}
 	if p.EnvPolicy != nil {
+		if e := checkEnvInherit(p.EnvPolicy.Inherit); e != nil {
+			c.reply(msg.ID, nil, e)
+			return
+		}
 		if e := checkEnvNames("envPolicy.set", p.EnvPolicy.Set); e != nil {
 			c.reply(msg.ID, nil, e)
 			return

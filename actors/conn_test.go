@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -13,62 +12,13 @@ import (
 	"time"
 
 	"github.com/runtimed/runtimed/wire"
+	"github.com/runtimed/runtimed/wire/wiretest"
 )
 
-// memTransport is one end of an in-memory message pipe.
-type memTransport struct {
-	in        <-chan []byte
-	out       chan<- []byte
-	closed    chan struct{}
-	peerClose <-chan struct{}
-	once      sync.Once
-}
+// memTransport is one end of the project's in-memory pipe.
+type memTransport = wiretest.MemTransport
 
-func memPipe() (*memTransport, *memTransport) {
-	a2b, b2a := make(chan []byte, 1024), make(chan []byte, 1024)
-	ca, cb := make(chan struct{}), make(chan struct{})
-	return &memTransport{in: b2a, out: a2b, closed: ca, peerClose: cb},
-		&memTransport{in: a2b, out: b2a, closed: cb, peerClose: ca}
-}
-
-var errMemClosed = errors.New("mem transport closed")
-
-func (t *memTransport) ReadMessage(ctx context.Context) ([]byte, error) {
-	// What the peer wrote before it closed is delivered first, as a socket
-	// would (a select over both would pick at random).
-	select {
-	case m := <-t.in: // like a socket: what was sent before the close is read first
-		return m, nil
-	default:
-	}
-	select {
-	case m := <-t.in:
-		return m, nil
-	case <-t.closed:
-		return nil, errMemClosed
-	case <-t.peerClose:
-		select {
-		case m := <-t.in:
-			return m, nil
-		default:
-			return nil, errMemClosed
-		}
-	}
-}
-
-func (t *memTransport) WriteMessage(ctx context.Context, msg []byte) error {
-	select {
-	case t.out <- append([]byte(nil), msg...):
-		return nil
-	case <-t.closed:
-		return errMemClosed
-	case <-t.peerClose:
-		return errMemClosed
-	}
-}
-
-func (t *memTransport) Flush() error { return nil }
-func (t *memTransport) Close() error { t.once.Do(func() { close(t.closed) }); return nil }
+func memPipe() (*memTransport, *memTransport) { return wiretest.MemPipe(1024) }
 
 // rawClient speaks JSON to a connection actor over a memTransport.
 type rawClient struct {

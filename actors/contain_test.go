@@ -30,7 +30,7 @@ func alive(pid int) bool {
 // exited, both die on terminate in every cgroup mode, and closed follows.
 // In pgroup mode (forced) the escaped grandchild is documented to survive.
 func TestContainmentModes(t *testing.T) {
-	for _, mode := range []string{contain.ModeCgroup2, contain.ModeCgroup1, contain.ModePgroup} {
+	for _, mode := range []string{contain.ModeCgroup2, contain.ModeCgroup1, contain.ModeSubreaper, contain.ModePgroup} {
 		t.Run(mode, func(t *testing.T) {
 			m := contain.NewManager(mode)
 			if m.Mode() != mode {

@@ -201,7 +201,7 @@
 //     http streams) and responses go through unbuffered channels to the
 //     queue goroutine, which takes an item only while the bytes it holds
 //     (queued and being written) are under Budgets.OutboundQueueBytes
-//     (1 MiB by default), so it holds at most that plus one message. Beyond
+//     (256 KiB by default), so it holds at most that plus one message. Beyond
 //     it process actors wait to deliver (and stop taking output: their
 //     children block on the pipe), reply producers wait. The writer blocks
 //     on the transport (TCP/pipe backpressure). Large results are encoded

@@ -32,3 +32,17 @@ func ValidEnvName(name string) bool {
 
 // CheckEnvNames is checkEnvNames for package runtime's Local.
 func CheckEnvNames(field string, env map[string]string) *wire.Error { return checkEnvNames(field, env) }
+
+// checkEnvInherit refuses an envPolicy.inherit other than all, core or none
+// (absent means all), as the reference's enum does (-32602 naming the field
+// and the values).
+func checkEnvInherit(inherit string) *wire.Error {
+	switch inherit {
+	case "", "all", "core", "none":
+		return nil
+	}
+	return wire.ErrUnknownVariant("envPolicy.inherit", inherit, "all", "core", "none")
+}
+
+// CheckEnvInherit is checkEnvInherit for package runtime's Local.
+func CheckEnvInherit(inherit string) *wire.Error { return checkEnvInherit(inherit) }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/runtimed/runtimed/wire"
+	"github.com/runtimed/runtimed/wire/wiretest"
 )
 
 func newHTTPSupervisor(t *testing.T, enabled bool, maxBody int64) *Supervisor {
@@ -278,10 +279,7 @@ func TestHTTPRequestsInFlightBound(t *testing.T) {
 // slowPipe is memPipe with a small server-to-client queue (32 messages), so that a client
 // that stops reading stops the connection's writer at once.
 func slowPipe() (client, server *memTransport) {
-	a2b, b2a := make(chan []byte, 1024), make(chan []byte, 32)
-	ca, cb := make(chan struct{}), make(chan struct{})
-	return &memTransport{in: b2a, out: a2b, closed: ca, peerClose: cb},
-		&memTransport{in: a2b, out: b2a, closed: cb, peerClose: ca}
+	return wiretest.MemPipeSized(1024, 32)
 }
 
 func serveRaw(t *testing.T, sup *Supervisor, client, server *memTransport) *rawClient {

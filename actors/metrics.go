@@ -16,9 +16,9 @@ import (
 // the hot paths (OutputBytes once per chunk read from a child).
 type Metrics interface {
 	// ProcessStarted: a child was started; spawn is how long the start took
-	// (pipes or PTY, cgroup, sandbox helper, exec).
+	// (pipes or PTY, cgroup, sandbox, exec).
 	ProcessStarted(spawn time.Duration)
-	// SpawnFailed: a start failed (the OS refused, or the sandbox helper).
+	// SpawnFailed: a start failed (the OS refused, or the sandbox).
 	SpawnFailed()
 	// ProcessExited: a started child exited, for a reason of EndReason.
 	ProcessExited(reason string)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zaptest"
+
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -57,10 +59,10 @@ func (g *gatedTransport) WriteMessage(ctx context.Context, msg []byte) error {
 	defer g.writing.Add(-1)
 	select {
 	case <-open:
-	case <-g.closed:
-		return errMemClosed
-	case <-g.peerClose:
-		return errMemClosed
+	case <-g.Closed():
+		return wire.ErrClosed
+	case <-g.PeerClosed():
+		return wire.ErrClosed
 	}
 	return g.memTransport.WriteMessage(ctx, msg)
 }
@@ -372,5 +374,35 @@ func TestRetainedBudget(t *testing.T) {
 	var be *BudgetError
 	if !errors.As(err, &be) || be.Limit != "retained output memory" || be.Flag != "--max-retained-bytes" {
 		t.Fatalf("third start: %v; want the retained-output budget", err)
+	}
+}
+
+// outputBytesCap null does not let buffered app-server output grow without
+// bound: it is charged to the retained-output budget as it arrives and cut
+// (capReached) where the budget refuses; the charge returns at the exit.
+func TestAppServerBufferedOutputIsCharged(t *testing.T) {
+	const retain = 64 << 10
+	per := RetainedPerProcess(ProcConfig{RetainBytes: retain})
+	sup := NewSupervisor(Config{
+		Proc: ProcConfig{RetainBytes: retain, RetainChunks: 50_000, ClosedRetention: time.Minute,
+			DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL: time.Second,
+		// Half of it is the reserve for first starts (not for buffered
+		// output); the other half holds the process and three steps.
+		Budgets: Budgets{MaxRetainedBytes: 2 * (per + 3*appChargeStep)},
+		Logger:  zaptest.NewLogger(t),
+	})
+	t.Cleanup(func() { sup.Kill(); _ = sup.Wait(context.Background()) })
+	c := startConn(t, sup, true)
+	mustOK(t, c.call("process/spawn", spawnParams("big", `head -c 10000000 /dev/zero | tr '\0' a`, map[string]any{"outputBytesCap": nil, "timeoutMs": nil})))
+	ex := params(c.waitNote(appExited("big")))
+	if out, _ := ex["stdout"].(string); len(out) != 3*appChargeStep || ex["stdoutCapReached"] != true {
+		t.Fatalf("uncapped buffered output: %d bytes, capReached %v; want %d bytes cut by the budget", len(out), ex["stdoutCapReached"], 3*appChargeStep)
+	}
+	// The charge came back: the same output fits again.
+	mustOK(t, c.call("process/spawn", spawnParams("again", `head -c 2000000 /dev/zero | tr '\0' b`, map[string]any{"outputBytesCap": nil})))
+	ex = params(c.waitNote(appExited("again")))
+	if out, _ := ex["stdout"].(string); len(out) != 2000000 || ex["stdoutCapReached"] != false {
+		t.Fatalf("after the first exit: %d bytes, capReached %v; want all 2000000", len(out), ex["stdoutCapReached"])
 	}
 }

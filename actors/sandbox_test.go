@@ -42,11 +42,31 @@ func testIsolation(t *testing.T) Isolation {
 
 func newIsoSupervisor(t *testing.T) *Supervisor {
 	t.Helper()
+	return newIsoSupervisorWith(t, testIsolation(t))
+}
+
+// bothWays runs a sandbox test twice: with confined starts on a spawning
+// thread of this process (the default) and with every start through the
+// re-exec'd helper (Host.HelperOnly), the two ways package sandbox
+// enforces a policy.
+func bothWays(t *testing.T, test func(t *testing.T, sup *Supervisor)) {
+	t.Run("thread", func(t *testing.T) { test(t, newIsoSupervisor(t)) })
+	t.Run("helper", func(t *testing.T) {
+		iso := testIsolation(t)
+		h := *iso.Host
+		h.HelperOnly = true
+		iso.Host = &h
+		test(t, newIsoSupervisorWith(t, iso))
+	})
+}
+
+func newIsoSupervisorWith(t *testing.T, iso Isolation) *Supervisor {
+	t.Helper()
 	sup := NewSupervisor(Config{
 		Proc: ProcConfig{RetainBytes: 1 << 20, RetainChunks: 1000, ClosedRetention: time.Minute,
 			DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
 		DetachTTL: time.Second,
-		Isolation: testIsolation(t),
+		Isolation: iso,
 		Logger:    zaptest.NewLogger(t),
 	})
 	t.Cleanup(func() {
@@ -122,8 +142,9 @@ func wsPolicy(ws string, network bool) *sandbox.Policy {
 // TestSandboxEscapes tries every way out of a workspace-write sandbox that
 // the issue lists; each line of the script reports OK (the write landed)
 // or DENIED, and the files on disk are checked too.
-func TestSandboxEscapes(t *testing.T) {
-	sup := newIsoSupervisor(t)
+func TestSandboxEscapes(t *testing.T) { bothWays(t, testSandboxEscapes) }
+
+func testSandboxEscapes(t *testing.T, sup *Supervisor) {
 	ws, outside := workspace(t)
 	script := strings.Join([]string{
 		`try() { if eval "$2" 2>/dev/null; then echo "$1 OK"; else echo "$1 DENIED"; fi; }`,
@@ -190,8 +211,9 @@ func TestSandboxEscapes(t *testing.T) {
 // TestSandboxNetwork: restricted cuts TCP and UDP to a loopback listener;
 // enabled leaves them (the control that makes the first assertion mean
 // something).
-func TestSandboxNetwork(t *testing.T) {
-	sup := newIsoSupervisor(t)
+func TestSandboxNetwork(t *testing.T) { bothWays(t, testSandboxNetwork) }
+
+func testSandboxNetwork(t *testing.T, sup *Supervisor) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -227,8 +249,9 @@ bash -c '(echo x > /dev/tcp/127.0.0.1/%d) 2>/dev/null' && echo tcp-child OK || e
 
 // TestSandboxReadOnly: root read only; nothing can be written anywhere
 // (but /dev/null), and reads work.
-func TestSandboxReadOnly(t *testing.T) {
-	sup := newIsoSupervisor(t)
+func TestSandboxReadOnly(t *testing.T) { bothWays(t, testSandboxReadOnly) }
+
+func testSandboxReadOnly(t *testing.T, sup *Supervisor) {
 	ws, _ := workspace(t)
 	p := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}}}
 	r := runConfined(t, sup, ws, p, contain.Limits{}, `cat file; echo quiet > /dev/null && echo devnull OK
@@ -289,8 +312,9 @@ func TestLimits(t *testing.T) {
 // replacing that workspace with a symlink to an outside directory. Every
 // start either runs confined to the real workspace or fails naming the
 // change; nothing is ever written outside.
-func TestSandboxSwapRace(t *testing.T) {
-	sup := newIsoSupervisor(t)
+func TestSandboxSwapRace(t *testing.T) { bothWays(t, testSandboxSwapRace) }
+
+func testSandboxSwapRace(t *testing.T, sup *Supervisor) {
 	base := t.TempDir()
 	ws, parked, outside := filepath.Join(base, "ws"), filepath.Join(base, "parked"), filepath.Join(base, "outside")
 	for _, d := range []string{ws, outside} {
@@ -350,8 +374,9 @@ func TestSandboxSwapRace(t *testing.T) {
 // TestSandboxPTYAndCwd: a sandboxed command on a PTY keeps its terminal
 // (it is the session leader with a controlling tty, its exit code intact);
 // a cwd the policy hides fails the start with a clear error.
-func TestSandboxPTYAndCwd(t *testing.T) {
-	sup := newIsoSupervisor(t)
+func TestSandboxPTYAndCwd(t *testing.T) { bothWays(t, testSandboxPTYAndCwd) }
+
+func testSandboxPTYAndCwd(t *testing.T, sup *Supervisor) {
 	ws, outside := workspace(t)
 	rec := newRecorder(256)
 	spec := Spec{Argv: []string{"/usr/bin/bash", "-c", `tty; test -t 0 && echo stdin-is-tty; ps -o sid= -p $$ | tr -d ' '; echo pid $$; exit 5`},

@@ -31,7 +31,8 @@ type Spec struct {
 	// code is then TimeoutExitCode (the app-server dialect's timeoutMs).
 	Timeout time.Duration
 	// Sandbox, if non-nil, is enforced by the kernel on the child and every
-	// descendant (through the sandbox helper; see package sandbox).
+	// descendant (on a spawning thread or through the sandbox helper; see
+	// package sandbox).
 	Sandbox *sandbox.Policy
 	// Limits bound the whole tree (cgroups where possible, else rlimits).
 	Limits contain.Limits
@@ -145,7 +146,7 @@ func LookPath(argv0, dir string, env []string) (string, error) {
 
 // startOS starts the child described by spec in its own session and
 // process group, in a cgroup of its own where iso has a manager, through
-// the sandbox helper when it needs a policy or per-process limits.
+// package sandbox when it needs a policy or per-process limits.
 func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 	if len(spec.Argv) == 0 {
 		return nil, &SpawnError{Err: errors.New("argv must not be empty")}
@@ -234,7 +235,7 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 		s.streams = []Stream{Stdout, Stderr}
 		attr.Files = []*os.File{stdinChild, outW, errW}
 	}
-	if iso.Contain != nil && (iso.Contain.Mode() != "pgroup" || !spec.Limits.IsZero()) {
+	if iso.Contain != nil && (iso.Contain.Mode() != contain.ModePgroup || !spec.Limits.IsZero()) {
 		g, gerr := iso.Contain.NewGroup(spec.Limits)
 		if gerr != nil {
 			return nil, &SpawnError{Argv0: spec.Argv[0], Err: gerr}
@@ -246,35 +247,22 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 	} else if !spec.Limits.IsZero() {
 		return nil, &SpawnError{Argv0: spec.Argv[0], Err: fmt.Errorf("%w: no cgroup manager configured", contain.ErrLimitUnavailable)}
 	}
-	exe, env := path, spec.Env
-	var launch *sandbox.Launch
+	var proc *os.Process
+	var serr error
 	if plan, ok := helperPlan(spec, path, argv, s.group); ok {
-		l, lerr := sandbox.NewLaunch(iso.Host, plan)
-		if lerr != nil {
-			return nil, &SpawnError{Argv0: spec.Argv[0], Err: lerr}
-		}
-		launch = l
-		exe, argv, env = l.Exe, l.Argv, l.Env
-		attr.Env = env
-		attr.Files = append(attr.Files, l.Files[0], l.Files[1])
-		if l.NewMountNS {
-			attr.Sys.Cloneflags |= syscall.CLONE_NEWNS
-		}
+		proc, serr = sandbox.Start(iso.Host, plan, attr)
+	} else {
+		proc, serr = os.StartProcess(path, argv, attr)
 	}
-	proc, serr := os.StartProcess(exe, argv, attr)
 	s.group.CloseFD() // the child is in its cgroup (or was not started)
 	if serr != nil {
-		if launch != nil {
-			launch.Abort()
-		}
 		return nil, &SpawnError{Argv0: spec.Argv[0], Err: errUnwrapPath(serr)}
 	}
 	s.pid = proc.Pid
-	if launch != nil {
-		if herr := launch.Started(); herr != nil {
-			_, _ = proc.Wait() // the helper exits at once; reap it (and close its pidfd)
-			return nil, &SpawnError{Argv0: spec.Argv[0], Err: herr}
-		}
+	if gerr := s.group.Started(proc.Pid); gerr != nil { // the subreaper's tree root
+		_ = proc.Kill()
+		_, _ = proc.Wait() // reaps it and closes its pidfd
+		return nil, &SpawnError{Argv0: spec.Argv[0], Err: gerr}
 	}
 	// os.Process holds a pidfd (Go 1.23+) until Wait or Release, else until
 	// the garbage collector finalizes it. The waiter reaps through a pidfd
@@ -285,9 +273,9 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 	return s, nil
 }
 
-// helperPlan says whether the child must start through the sandbox
-// helper, and with what: a policy, per-process rlimits, or v1 cgroups to
-// join before the command runs.
+// helperPlan says whether the child must start through package sandbox
+// (a spawning thread or the helper), and with what: a policy, per-process
+// rlimits, or v1 cgroups to join before the command runs.
 func helperPlan(spec Spec, path string, argv []string, g *contain.Group) (sandbox.Plan, bool) {
 	plan := sandbox.Plan{Path: path, Argv: argv, Env: spec.Env, Policy: spec.Sandbox, JoinCgroups: g.JoinFiles()}
 	for _, r := range g.Rlimits() {

@@ -286,3 +286,8 @@ func (s *Supervisor) Wait(ctx context.Context) error {
 
 // ErrShuttingDown is returned for work refused because the supervisor is stopping.
 var ErrShuttingDown = errors.New("actors: shutting down")
+
+// AllowCwd checks a process's cwd (as the request gave it) against the fs
+// roots (--fs-root): nil when there are none or it is inside one, else the
+// fs methods' error naming the path.
+func (s *Supervisor) AllowCwd(cwd string) *wire.Error { return s.cfg.FsRoots.Allow(cwd) }

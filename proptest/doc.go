@@ -22,10 +22,11 @@
 //
 // Files: imports_test.go (package layering), ring_test.go (retention),
 // process_test.go (the process actor against a model, with a fake
-// Session), failure_test.go (transport failure, resume, writeId retry),
-// real_test.go (real children over a real websocket), fuzz_test.go and
-// fuzz.sh (wire decoding), client_test.go (the test client and history
-// checker shared by the last two), regression_test.go.
+// Session, on the stepped clock of clock_test.go), failure_test.go
+// (transport failure, resume, writeId retry), real_test.go (real children
+// over a real websocket), fuzz_test.go and fuzz.sh (wire decoding),
+// client_test.go (the test client and history checker shared by the last
+// two), regression_test.go.
 //
 // # Concurrency
 //
@@ -36,6 +37,17 @@
 // sleeping. Fakes (the fake Session, the in-memory transport) are driven by
 // channels the test owns. No wait is unbounded: a stuck actor fails the
 // check with a message instead of hanging the suite.
+//
+// The process actor model runs its actor on a stepped clock
+// (clock_test.go, an actors.Clock): where the actor must reach a deadline
+// to absorb a step (an exit held while streams are open, the drain after
+// a kill), the harness moves the clock to it instead of sleeping; longer
+// deadlines (a terminate's grace, long polls, the closed retention) never
+// come. The wire properties (failure_test.go, real_test.go) run real
+// children on the real clock: their short deadlines (the exit hold, the
+// drain after a terminate) bound how long real pipes and descendants get,
+// so moving a fake clock past them would cut real output short instead of
+// modelling it.
 //
 // # Failure semantics
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/wire"
+	"github.com/runtimed/runtimed/wire/wiretest"
 )
 
 var errCut = errors.New("proptest: transport cut")
@@ -94,21 +95,24 @@ func (p *fproc) expect() (codes []int, out map[string]string, exact bool) {
 	return codes, out, !p.terminated
 }
 
-// memConn is one connection of the supervisor over a memPipe.
+// memConn is one connection of the supervisor over an unbuffered
+// wiretest.MemPipe (a completed send means the other side has taken the
+// message); pipe is its client end, which the test cuts.
 type memConn struct {
-	pipe   *memPipe
+	pipe   *wiretest.MemTransport
 	client *rpcClient
 	served chan struct{} // closed when ServeConn has returned
 	cause  error         // ServeConn's result, once served is closed
 }
 
 func serveMem(ctx context.Context, sup *actors.Supervisor, firstID int64) *memConn {
-	c := &memConn{pipe: newMemPipe(), served: make(chan struct{})}
+	client, server := wiretest.MemPipe(0)
+	c := &memConn{pipe: client, served: make(chan struct{})}
 	go func() {
 		defer close(c.served)
-		c.cause = sup.ServeConn(ctx, memServer{c.pipe}, actors.ConnOptions{Resumable: true, Logger: zap.NewNop()})
+		c.cause = sup.ServeConn(ctx, server, actors.ConnOptions{Resumable: true, Logger: zap.NewNop()})
 	}()
-	c.client = newRPCClient(memClient{c.pipe}, firstID)
+	c.client = newRPCClient(client, firstID)
 	return c
 }
 

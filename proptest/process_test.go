@@ -22,7 +22,7 @@ import (
 const stepWait = 5 * time.Second
 
 // killWait bounds Supervisor.Wait after Kill for fake sessions: Kill is
-// immediate, and the forced drain after it is 50 ms.
+// immediate, and the forced drain after it is moved past on the clock.
 const killWait = 2 * time.Second
 
 // fakeStream is one output stream of the fake session. The test hands it
@@ -325,9 +325,11 @@ func sameEvent(got, want actors.Event) bool {
 		bytes.Equal(got.Data, want.Data) && got.ExitCode == want.ExitCode && got.To == want.To
 }
 
-// procHarness runs one process actor under its own supervisor.
+// procHarness runs one process actor under its own supervisor, on a
+// clock the harness moves.
 type procHarness struct {
 	t       *rapid.T
+	clk     *stepClock
 	sup     *actors.Supervisor
 	fake    *fakeSession
 	ref     *actors.ProcessRef
@@ -372,14 +374,20 @@ func (h *procHarness) info() actors.ProcessInfo {
 }
 
 // await waits until the actor has absorbed every fact the model has: same
-// next seq and state. An outstanding long poll the model says was answered
-// must have its answer, equal to the model's.
+// next seq and state. Where the actor waits for a deadline to get there
+// (an exit held while streams are open, the drain after a kill), the
+// clock is moved to it instead of waiting. An outstanding long poll the
+// model says was answered must have its answer, equal to the model's.
 func (h *procHarness) await(what string) {
 	var last actors.ProcessInfo
 	ok := waitFor(stepWait, func() bool {
 		h.unstick()
 		last = h.info()
-		return last.NextSeq == h.m.nextSeq && last.State == h.m.state()
+		if last.NextSeq == h.m.nextSeq && last.State == h.m.state() {
+			return true
+		}
+		h.clk.advanceWithin(h.cfg.DrainAfterTerminate)
+		return false
 	})
 	if !ok {
 		h.t.Fatalf("after %s: actor at nextSeq %d state %v, model at nextSeq %d state %v", what, last.NextSeq, last.State, h.m.nextSeq, h.m.state())
@@ -908,10 +916,17 @@ func (h *procHarness) stop(t *rapid.T) {
 	for _, s := range h.fake.outs {
 		s.close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), killWait)
-	defer cancel()
-	if err := h.sup.Wait(ctx); err != nil {
-		t.Errorf("supervisor did not stop within %v of Kill: %v", killWait, err)
+	stopped := waitFor(killWait, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		if h.sup.Wait(ctx) == nil {
+			return true
+		}
+		h.clk.advanceWithin(h.cfg.DrainAfterTerminate) // a held exit, a drain
+		return false
+	})
+	if !stopped {
+		t.Errorf("supervisor did not stop within %v of Kill", killWait)
 	}
 }
 
@@ -933,9 +948,10 @@ func TestProcessActorModel(t *testing.T) {
 			ClosedRetention:     time.Minute,
 			DrainAfterTerminate: 50 * time.Millisecond,
 			ShutdownGrace:       time.Second,
+			Clock:               newStepClock(),
 		}
 		tty := rapid.Bool().Draw(t, "tty")
-		h := &procHarness{t: t, cfg: cfg, cap: rapid.IntRange(1, 4).Draw(t, "subscriberQueue")}
+		h := &procHarness{t: t, cfg: cfg, clk: cfg.Clock.(*stepClock), cap: rapid.IntRange(1, 4).Draw(t, "subscriberQueue")}
 		h.sup = actors.NewSupervisor(actors.Config{Proc: cfg, DetachTTL: time.Minute, Logger: zap.NewNop()})
 		h.fake = newFakeSession(tty)
 		h.m = &procModel{

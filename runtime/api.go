@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/runtimed/runtimed/wire"
 )
 
 // Backend starts processes. [Local] runs them in this process; [Client]
@@ -27,9 +29,17 @@ type Spec struct {
 	Argv []string
 	// Dir is the working directory: an absolute path (required).
 	Dir string
-	// Env is the child's environment. Without EnvPolicy it is exactly Env.
+	// Env is the child's environment, laid over EnvPolicy's base if one is
+	// set. Without EnvPolicy, a non-nil Env is exactly the environment (an
+	// empty map: an empty environment, as the protocol's env {} is), and
+	// a nil Env inherits the server's environment as os/exec does, except
+	// that names matching *KEY*, *SECRET* or *TOKEN* are left out: it is
+	// EnvPolicy{Inherit: "all"}, the protocol's default inheritance (set
+	// EnvPolicy.IgnoreDefaultExcludes to keep them). "The server" is this
+	// process for Local. Names must be non-empty, without '=' or NUL.
 	Env map[string]string
-	// EnvPolicy, if set, builds a base from the server's environment first.
+	// EnvPolicy, if set, builds a base from the server's environment first
+	// (PROTOCOL.md, process/start's envPolicy); Env is laid over it.
 	EnvPolicy *EnvPolicy
 	// TTY runs the child on a pseudo-terminal (output stream "pty").
 	TTY bool
@@ -49,28 +59,42 @@ type Spec struct {
 	Metadata *Metadata
 }
 
+// envPolicy is the policy Start sends for spec: a nil Env without a
+// policy inherits (see Spec.Env). Both backends use it.
+func (spec Spec) envPolicy() *EnvPolicy {
+	if spec.Env == nil && spec.EnvPolicy == nil {
+		return &EnvPolicy{Inherit: "all"}
+	}
+	return spec.EnvPolicy
+}
+
 // Metadata attributes a process to a client's thread and tool call
 // (process/start's metadata). Empty fields are not sent.
 type Metadata struct {
-	ThreadID   string
-	ToolCallID string
+	ThreadID   string // the client's conversation thread
+	ToolCallID string // the tool call within it that started the process
 }
 
 // Size is a terminal size.
-type Size struct{ Rows, Cols uint16 }
+type Size struct {
+	Rows uint16 // lines
+	Cols uint16 // columns
+}
 
 // EnvPolicy builds a child's base environment (PROTOCOL.md, process/start).
 type EnvPolicy struct {
-	Inherit               string // "all" (default), "none" or "core"
-	IgnoreDefaultExcludes bool
-	Exclude               []string
-	Set                   map[string]string
-	IncludeOnly           []string
+	Inherit               string            // "all" (default), "none" or "core"
+	IgnoreDefaultExcludes bool              // keep names matching *KEY*, *SECRET*, *TOKEN*
+	Exclude               []string          // drop names matching these globs (case-insensitive)
+	Set                   map[string]string // then add these
+	IncludeOnly           []string          // then, if not empty, keep only names matching these globs
 }
 
 // Stream names an output stream.
 type Stream string
 
+// The output streams: a pipe process has stdout and stderr, a PTY
+// process one merged stream.
 const (
 	Stdout Stream = "stdout"
 	Stderr Stream = "stderr"
@@ -80,6 +104,8 @@ const (
 // Signal names a signal the protocol can send to a process group.
 type Signal string
 
+// The signals of process/signal: SIGINT, SIGTERM, SIGKILL, SIGHUP,
+// SIGQUIT, SIGUSR1 and SIGUSR2.
 const (
 	SigInterrupt Signal = "interrupt"
 	SigTerminate Signal = "terminate"
@@ -109,9 +135,10 @@ type Process interface {
 	// otherwise SIGTERM (SIGHUP on a PTY) and SIGKILL after grace. It
 	// reports whether the process was still running.
 	Terminate(ctx context.Context, grace time.Duration) (running bool, err error)
-	// Read returns retained output after afterSeq (maxBytes 0: no limit),
-	// waiting up to wait for something new (a long poll).
-	Read(ctx context.Context, afterSeq uint64, maxBytes int, wait time.Duration) (ReadResult, error)
+	// Read returns retained output after opts.After (at most
+	// opts.MaxBytes), waiting up to opts.Wait for something new (a long
+	// poll). ctx bounds the call, the long poll included.
+	Read(ctx context.Context, opts ReadOptions) (ReadResult, error)
 	// Wait waits until the process has exited and its output has ended
 	// (like exec.Cmd.Wait) and returns its exit status.
 	Wait(ctx context.Context) (ExitStatus, error)
@@ -121,28 +148,54 @@ type Process interface {
 	Events(ctx context.Context) (*EventStream, error)
 }
 
+// ReadOptions are the arguments of Process.Read. The zero value reads
+// everything retained, from seq 1, and answers at once.
+type ReadOptions struct {
+	// After: only chunks with a seq above it (0: from the start).
+	After uint64
+	// MaxBytes bounds the bytes of output returned; 0 means no limit. A
+	// first chunk larger than MaxBytes is returned whole. Negative is an
+	// error.
+	MaxBytes int
+	// Wait, if positive, waits up to this long for output after After, or
+	// for the process to exit, when there is none yet (a long poll). ctx
+	// still bounds the call. Negative is an error.
+	Wait time.Duration
+}
+
+// validate names the option that is wrong; both backends call it first.
+func (o ReadOptions) validate() error {
+	switch {
+	case o.MaxBytes < 0:
+		return fmt.Errorf("%w: ReadOptions.MaxBytes is negative (%d)", ErrInvalidOption, o.MaxBytes)
+	case o.Wait < 0:
+		return fmt.Errorf("%w: ReadOptions.Wait is negative (%v)", ErrInvalidOption, o.Wait)
+	}
+	return nil
+}
+
 // ReadResult is the answer to Process.Read.
 type ReadResult struct {
-	Chunks   []Chunk
-	NextSeq  uint64
-	Exited   bool
-	ExitCode int // valid when Exited
-	Closed   bool
+	Chunks   []Chunk // retained output after ReadOptions.After, in seq order
+	NextSeq  uint64  // the seq the next event will take (read after NextSeq-1 next)
+	Exited   bool    // the process has exited
+	ExitCode int     // valid when Exited
+	Closed   bool    // its output has ended too: nothing follows
 }
 
 // Chunk is one piece of retained output.
 type Chunk struct {
-	Seq    uint64
-	Stream Stream
-	Data   []byte
+	Seq    uint64 // its place in the process's history
+	Stream Stream // which stream it came from
+	Data   []byte // the bytes, as the process wrote them
 }
 
 // ExitStatus is how a process ended: its exit code, or 128+N when killed
 // by signal N, and the resource limit (Limit* constants) that ended it,
 // if one did.
 type ExitStatus struct {
-	Code  int
-	Limit string
+	Code  int    // the exit code, or 128+N after signal N
+	Limit string // the Limit* constant of the limit that ended it, or ""
 }
 
 // Success reports whether the exit code is 0.
@@ -199,6 +252,12 @@ var (
 	ErrNotPTY = errors.New("runtime: process is not attached to a PTY")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("runtime: backend closed")
+	// ErrInvalidOption: an option given to a method of this package is
+	// out of range; the error's text names the option. Nothing was sent.
+	ErrInvalidOption = errors.New("runtime: invalid option")
+	// ErrProcessExists: Start was given the ID of a process the session
+	// still has. Errors matching it are *RPCError (code -32600).
+	ErrProcessExists = errors.New("runtime: process id already exists")
 	// ErrProcessFailed: the runtime failed the process after an internal
 	// error (a recovered panic in its actor); its tree was killed. Errors
 	// matching it are *ProcessError.
@@ -209,19 +268,36 @@ var (
 // process's own exit): Wait, the other methods and the event stream
 // report it once it happened. It matches ErrProcessFailed.
 type ProcessError struct {
-	ID      string
+	ID      string // the process
 	Message string // what the runtime reported
 }
 
+// Error returns "runtime: " and the message.
 func (e *ProcessError) Error() string { return "runtime: " + e.Message }
 
 // Is makes errors.Is(err, ErrProcessFailed) hold.
 func (e *ProcessError) Is(target error) bool { return target == ErrProcessFailed }
 
-// RPCError is an error answered by a server.
+// RPCError is an error answered by a server, with the protocol's code and
+// message; Local returns the same values for the same mistakes. Where one
+// of this package's sentinels applies (ErrProcessExists), errors.Is
+// matches it.
 type RPCError struct {
-	Code    int
-	Message string
+	Code    int    // the JSON-RPC error code (wire.Code* constants)
+	Message string // the server's message, as PROTOCOL.md lists it
+
+	sentinel error // what errors.Is matches besides the *RPCError itself
 }
 
+// Error returns "runtimed error CODE: MESSAGE".
 func (e *RPCError) Error() string { return fmt.Sprintf("runtimed error %d: %s", e.Code, e.Message) }
+
+// Unwrap returns the sentinel the error stands for, if any.
+func (e *RPCError) Unwrap() error { return e.sentinel }
+
+// errProcessExists is the error both backends return for a duplicate id.
+func errProcessExists(id string) error {
+	re := rpcErr(wire.ErrProcessExists(id))
+	re.sentinel = ErrProcessExists
+	return re
+}

@@ -207,7 +207,7 @@ func TestBackendEventsAndReadAgree(t *testing.T) {
 		if replay := collect(t, ctx, s2); !equalEntries(replay, want) {
 			t.Fatalf("replayed events %+v", replay)
 		}
-		r, err := p.Read(ctx, 0, 0, 0)
+		r, err := p.Read(ctx, ReadOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -286,7 +286,7 @@ func TestBackendWriteReadPipeAndTTY(t *testing.T) {
 		if !strings.Contains(out, "got:abc") {
 			t.Fatalf("tty output %q", out)
 		}
-		r, _ := tp.Read(ctx, 0, 0, 0)
+		r, _ := tp.Read(ctx, ReadOptions{})
 		if len(r.Chunks) == 0 || r.Chunks[0].Stream != PTY {
 			t.Fatalf("tty chunks %+v; want stream pty", r.Chunks)
 		}
@@ -299,7 +299,7 @@ func readUntil(t *testing.T, ctx context.Context, p Process, want string) string
 	var out bytes.Buffer
 	after := uint64(0)
 	for !strings.Contains(out.String(), want) {
-		r, err := p.Read(ctx, after, 0, 5*time.Second)
+		r, err := p.Read(ctx, ReadOptions{After: after, Wait: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("read: %v (have %q)", err, out.String())
 		}

@@ -131,7 +131,11 @@ func (c Config) budgets(m Machine) actors.Budgets {
 		procs = min(procs, int(max(1, b.MaxRetainedBytes/perProc)))
 	}
 	b.MaxProcesses = pick(c.MaxProcessesTotal, procs)
-	conns := max(1, fdBudget/(2*actors.FDsPerConnection))
+	// Connections may hold three quarters of the descriptors: an idle one
+	// costs its socket and about 25 KiB, so 10,000 fit in 20,000
+	// descriptors; processes are refused (-32011) before the daemon
+	// itself runs out.
+	conns := max(1, fdBudget*3/4/actors.FDsPerConnection)
 	if b.MaxOutboundBytes > 0 && b.OutboundQueueBytes > 0 {
 		conns = min(conns, int(max(1, b.MaxOutboundBytes/int64(b.OutboundQueueBytes))))
 	}
@@ -150,14 +154,14 @@ func (c Config) budgets(m Machine) actors.Budgets {
 // Budgets are the server-wide limits in force, with the defaults resolved
 // against the machine (zero: unlimited). See Config for each.
 type Budgets struct {
-	MaxConnections      int
-	MaxProcessesTotal   int
-	MaxOpenFiles        int
-	FDReserve           int
-	MaxRetainedBytes    int64
-	MaxOutboundBytes    int64
-	OutboundQueueBytes  int
-	SlowConsumerTimeout time.Duration
+	MaxConnections      int           // Config.MaxConnections
+	MaxProcessesTotal   int           // Config.MaxProcessesTotal
+	MaxOpenFiles        int           // Config.MaxOpenFiles
+	FDReserve           int           // Config.FDReserve
+	MaxRetainedBytes    int64         // Config.MaxRetainedBytes
+	MaxOutboundBytes    int64         // Config.MaxOutboundBytes
+	OutboundQueueBytes  int           // Config.OutboundQueueBytes
+	SlowConsumerTimeout time.Duration // Config.SlowConsumerTimeout
 	// RLimitNoFile is the process's descriptor limit they were derived from.
 	RLimitNoFile int
 }

@@ -83,6 +83,28 @@ func TestBackendEnvNames(t *testing.T) {
 				t.Errorf("envPolicy.set name %q: %v", name, err)
 			}
 		}
+		// envPolicy.inherit is one of all, core, none (absent: all).
+		for _, inherit := range []string{"some", "ALL", " all"} {
+			spec := sh(t, "exit 0")
+			spec.EnvPolicy = &EnvPolicy{Inherit: inherit}
+			_, err := b.Start(ctx, spec)
+			var re *RPCError
+			want := "invalid field `envPolicy.inherit`: unknown variant `" + inherit + "`, expected one of `all`, `core`, `none`"
+			if !errors.As(err, &re) || re.Code != wire.CodeInvalidParams || re.Message != want {
+				t.Errorf("envPolicy.inherit %q: %v; want -32602 %s", inherit, err, want)
+			}
+		}
+		for _, inherit := range []string{"", "all", "core", "none"} {
+			spec := sh(t, "exit 0")
+			spec.EnvPolicy = &EnvPolicy{Inherit: inherit}
+			p, err := b.Start(ctx, spec)
+			if err != nil {
+				t.Fatalf("envPolicy.inherit %q: %v", inherit, err)
+			}
+			if st, err := p.Wait(ctx); err != nil || st.Code != 0 {
+				t.Fatalf("envPolicy.inherit %q: %v %v", inherit, st, err)
+			}
+		}
 	})
 }
 
@@ -104,8 +126,10 @@ func TestBudgetDefaults(t *testing.T) {
 	if mem := (Config{RetainBytes: DefaultRetainBytes}.budgets(Machine{OpenFiles: 1 << 20, OpenNow: 10, MemoryBytes: 24 << 30})); mem.MaxProcesses != 5782 {
 		t.Errorf("MaxProcesses %d with a million descriptors; want 5782 (memory: 12 GiB / 2.125 MiB)", mem.MaxProcesses)
 	}
-	if b.MaxConnections != 3072 {
-		t.Errorf("MaxConnections %d; want 3072 (3 GiB of outbound queues / 1 MiB)", b.MaxConnections)
+	// Three quarters of the descriptors would allow 14968; 3 GiB of
+	// outbound queues at 256 KiB each allow 12288, the tighter bound.
+	if b.MaxConnections != 12288 || b.MaxOpenFiles*3/4 <= 12288 {
+		t.Errorf("MaxConnections %d; want 12288 (3 GiB of outbound queues / 256 KiB)", b.MaxConnections)
 	}
 	small := Config{RetainBytes: DefaultRetainBytes}.budgets(Machine{OpenFiles: 256, OpenNow: 12, MemoryBytes: 64 << 30})
 	if small.MaxOpenFiles != 212 || small.FDReserve != 32 || small.MaxProcesses != (212-32)/6 {

@@ -65,6 +65,14 @@ type rproc struct {
 	histSize  int // output bytes in hist
 	histFrom  uint64
 	histTimer *time.Timer // drops hist histKeep after closed
+	// holeRead is set while a process/read fills the hole behind a full
+	// reorder buffer (the notification of rp.next never came: a server
+	// that dropped it). Notifications that find the buffer full meanwhile
+	// are dropped here and come back with that read (or a later one);
+	// what the server no longer retains is delivered as an EventGap, so
+	// the loss is reported, never silent, and the stream never stalls.
+	holeRead bool
+	dropped  uint64 // the highest seq dropped because the buffer was full
 }
 
 func (st *clientState) notification(msg wire.Message) {
@@ -128,9 +136,15 @@ func (st *clientState) deliver(rp *rproc, ev actors.Event) {
 		if rp.reorder == nil {
 			rp.reorder = map[uint64]actors.Event{}
 		}
+		if _, held := rp.reorder[ev.Seq]; held {
+			return
+		}
 		if len(rp.reorder) < reorderLimit {
 			rp.reorder[ev.Seq] = ev
+			return
 		}
+		rp.dropped = max(rp.dropped, last)
+		st.fillHole(rp)
 		return
 	}
 	st.emit(rp, ev)
@@ -240,6 +254,49 @@ func (st *clientState) remember(rp *rproc, ev actors.Event) {
 	}
 }
 
+// fillHole reads the process's retained output after the last seq
+// delivered, once at a time: the reorder buffer is full, so the missing
+// seq will not come by notification.
+func (st *clientState) fillHole(rp *rproc) {
+	if rp.holeRead || st.latched {
+		return
+	}
+	rp.holeRead = true
+	c, id, after := st.c, rp.id, rp.next-1
+	c.log.Warn("reorder buffer full; reading the missing output back", zap.String("process_id", id), zap.Uint64("missing_seq", rp.next))
+	c.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var res wire.ReadResult
+		if err := c.call(ctx, wire.MethodProcessRead, wire.ReadParams{ProcessID: id, AfterSeq: after}, &res); err != nil {
+			c.toActor(holeReadFailedMsg{id: id, err: err})
+			return
+		}
+		c.toActor(catchUpMsg{id: id, res: res})
+	})
+}
+
+// holeLost reports the hole a read could not fill as an EventGap (seqs up
+// to the first one held), then delivers what the buffer holds.
+func (st *clientState) holeLost(id string, err error) {
+	rp := st.procs[id]
+	if rp == nil || rp.closed {
+		return
+	}
+	rp.holeRead = false
+	first := uint64(0)
+	for s := range rp.reorder {
+		if first == 0 || s < first {
+			first = s
+		}
+	}
+	if first <= rp.next {
+		return
+	}
+	st.c.log.Warn("output lost: the read of a hole failed", zap.String("process_id", id), zap.Uint64("from", rp.next), zap.Uint64("to", first-1), zap.Error(err))
+	st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventGap, Seq: rp.next, To: first - 1})
+}
+
 // resume runs on the actor after a reconnect: resend unanswered requests
 // (writes keep their writeId) and catch every open process up.
 func (st *clientState) resume() {
@@ -301,10 +358,12 @@ func (st *clientState) catchUp(id string, res wire.ReadResult) {
 	if rp == nil || rp.closed {
 		return
 	}
+	rp.holeRead = false
 	have := map[uint64]bool{}
+	evs := make([]actors.Event, 0, len(res.Chunks)+2)
 	for _, ch := range res.Chunks {
 		have[ch.Seq] = true
-		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventOutput, Seq: ch.Seq, Stream: streamOf(ch.Stream), Data: ch.Chunk})
+		evs = append(evs, actors.Event{ProcessID: id, Kind: actors.EventOutput, Seq: ch.Seq, Stream: streamOf(ch.Stream), Data: ch.Chunk})
 	}
 	top := res.NextSeq // first unassigned seq
 	var closedSeq uint64
@@ -321,9 +380,12 @@ func (st *clientState) catchUp(id string, res wire.ReadResult) {
 			missing = append(missing, s)
 		}
 	}
-	var exitSeq uint64
 	if res.Exited && !exitKnown && len(missing) > 0 {
-		exitSeq = missing[len(missing)-1]
+		code := 0
+		if res.ExitCode != nil {
+			code = *res.ExitCode
+		}
+		evs = append(evs, actors.Event{ProcessID: id, Kind: actors.EventExited, Seq: missing[len(missing)-1], ExitCode: code})
 		missing = missing[:len(missing)-1]
 	}
 	for i := 0; i < len(missing); {
@@ -331,18 +393,21 @@ func (st *clientState) catchUp(id string, res wire.ReadResult) {
 		for j+1 < len(missing) && missing[j+1] == missing[j]+1 {
 			j++
 		}
-		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventGap, Seq: missing[i], To: missing[j]})
+		evs = append(evs, actors.Event{ProcessID: id, Kind: actors.EventGap, Seq: missing[i], To: missing[j]})
 		i = j + 1
 	}
-	if exitSeq > 0 {
-		code := 0
-		if res.ExitCode != nil {
-			code = *res.ExitCode
-		}
-		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventExited, Seq: exitSeq, ExitCode: code})
-	}
 	if closedSeq > 0 {
-		st.deliver(rp, actors.Event{ProcessID: id, Kind: actors.EventClosed, Seq: closedSeq})
+		evs = append(evs, actors.Event{ProcessID: id, Kind: actors.EventClosed, Seq: closedSeq})
+	}
+	// In seq order, so that each fills the next hole and nothing has to
+	// wait in the reorder buffer (which may be full).
+	sort.Slice(evs, func(i, j int) bool { return evs[i].Seq < evs[j].Seq })
+	for _, ev := range evs {
+		st.deliver(rp, ev)
+	}
+	if !rp.closed && rp.dropped >= rp.next {
+		// Dropped while the read was on its way, and newer than it: read again.
+		st.fillHole(rp)
 	}
 }
 
@@ -381,7 +446,7 @@ func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscripti
 			}
 		}
 	} else if after+1 < rs.upto {
-		res, err := p.Read(ctx, after, 0, 0)
+		res, err := p.Read(ctx, ReadOptions{After: after})
 		if err != nil {
 			return subscription{}, err
 		}

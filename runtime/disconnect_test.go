@@ -37,7 +37,7 @@ func TestClientDisconnectLatch(t *testing.T) {
 	}
 	pollErr := make(chan error, 1)
 	go func() {
-		_, err := idle.Read(ctx, 0, 0, 30*time.Second)
+		_, err := idle.Read(ctx, ReadOptions{Wait: 30 * time.Second})
 		pollErr <- err
 	}()
 	// The poll must be pending on the server before the server dies: a
@@ -254,7 +254,7 @@ func TestClientReconnectStartAnswerLost(t *testing.T) {
 	if err != nil || st.Code != 4 {
 		t.Fatalf("wait: %+v %v", st, err)
 	}
-	r, err := p.Read(ctx, 0, 0, 0)
+	r, err := p.Read(ctx, ReadOptions{})
 	if err != nil || len(r.Chunks) != 1 || string(r.Chunks[0].Data) != "once\n" {
 		t.Fatalf("the process ran once: %+v %v", r, err)
 	}

@@ -17,6 +17,19 @@
 //	events, err := p.Events(ctx) // history, then live, in seq order
 //	st, err := p.Wait(ctx)       // like exec.Cmd.Wait, callable many times
 //
+// The attach form is [Cmd], like os/exec's: io.Reader and io.Writers for
+// stdin, stdout and stderr, Run, Start and Wait, Output, CombinedOutput;
+// its output copy starts at seq 0, so nothing written before the copy
+// began is lost:
+//
+//	out, err := runtime.Command(b, "uname", "-a").Output()
+//	var ee *runtime.ExitError // errors.As: ran and failed
+//
+// [Attacher]: both backends hand out a handle on a process by id; a Client
+// that resumed a detached session (ClientOptions.ResumeSessionID) attaches
+// to the processes another connection started, its Events starting at
+// seq 1 from retained output (what `runtimed attach` does).
+//
 // A Server is used like net/http's: NewServer(cfg), Serve(listener) or
 // ServeTransport(t, resumable), Shutdown(ctx) to stop gracefully, Close to
 // stop now. Shutdown stops accepting, terminates every process tree
@@ -65,6 +78,33 @@
 // safe for concurrent use; the actors call them through the
 // actors.Metrics interface and never import Prometheus.
 //
+// # Contexts
+//
+// A ctx bounds a call, never the life of what the call creates, on Local
+// and on a Client alike: ending a ctx never kills a process (use
+// Terminate), except the ctx given to CommandContext, which, as in
+// os/exec, bounds the command's life. When a ctx ends first, the method
+// returns ctx.Err() unwrapped.
+//
+//	Method                          ctx bounds
+//	Backend.Start                   the start only; if ctx ends first, Start
+//	                                returns its error and leaves nothing running
+//	Process.Write, CloseStdin,      the request only; an ended ctx does not undo
+//	Resize, Signal, Terminate       a request the backend already took
+//	Process.Read                    the request, its long poll (ReadOptions.Wait) included
+//	Process.Wait                    the waiting; the process runs on
+//	Process.Events                  the subscription; each EventStream.Next takes its own ctx
+//	Pipe                            every Read, Write and Close of the pipe
+//	CommandContext                  Cmd.Start and the process's life: killed when ctx ends
+//	Dial, NewClient                 connecting and the handshake; the Client outlives ctx
+//	Local.Shutdown, Server.Shutdown the graceful part; past ctx, processes are killed
+//
+// Errors are the same on both backends and are matched with errors.Is:
+// ErrUnknownProcess (a process the backend forgot), ErrNotPTY,
+// ErrStdinClosed, ErrProcessExists (a duplicate Spec.ID), ErrProcessFailed
+// (a *ProcessError), ErrInvalidOption (an option out of range, named in
+// the text), ErrClosed and ErrDisconnected.
+//
 // # Failure semantics
 //
 // Errors answered by a server are [*RPCError] values with the protocol's
@@ -87,8 +127,8 @@
 // Process failure: if the runtime fails one process (an internal error: a
 // recovered panic in its actor; the tree is killed), its Wait returns a
 // [*ProcessError] matching [ErrProcessFailed] and its event streams end
-// with an EventFailed carrying it; Local's other methods return it too,
-// a Client's requests about it get the server's -32603 [*RPCError]. Every
+// with an EventFailed carrying it; the other methods of both backends
+// return it too (a Client maps the server's -32603 answer to it). Every
 // other process, connection and caller is unaffected.
 //
 // Endings: Wait always returns (the exit status, a *ProcessError, or the
@@ -114,7 +154,13 @@
 // closed) and recovers a lagged or late subscriber from it before it asks
 // the server; a subscriber further behind than that, on a server that has
 // already forgotten the process, ends with an EventFailed (reported, not
-// silent). A Client's
-// requests go through one bounded queue (256) to its writer; callers wait
-// with their ctx. The server side's policies are in package actors.
+// silent). A Client's requests go through one bounded queue (256) to its
+// writer; callers wait with their ctx. A Client holds notifications that
+// arrive ahead of a missing seq in a reorder buffer (65 536 per process);
+// when it is full, it reads the hole back with process/read instead of
+// dropping or stalling, and what the server no longer retains arrives as
+// an EventGap (a reported, typed loss). A Cmd's copy to a blocking Stdout
+// or Stderr holds only its own stream back: it lags and re-reads
+// retention, and output evicted meanwhile makes Wait return ErrOutputLost
+// (never silently). The server side's policies are in package actors.
 package runtime

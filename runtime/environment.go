@@ -40,7 +40,10 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 }
 
 // Shell is a login shell: its base name ("bash") and path.
-type Shell struct{ Name, Path string }
+type Shell struct {
+	Name string // the base name, e.g. "bash"
+	Path string // the absolute path, e.g. "/bin/bash"
+}
 
 // EnvironmentInfo describes the machine a backend runs processes on
 // (environment/info). Paths are native absolute paths; "" means unknown.
@@ -54,10 +57,10 @@ type EnvironmentInfo struct {
 	// ProviderID identifies the installation: "sha256:" of host name,
 	// executable path and uid. It is stable across restarts.
 	ProviderID           string
-	Cwd                  string
-	UserHomeDir          string
-	PlatformOS           string // e.g. "linux"
-	PrependPathDirs      []string
+	Cwd                  string   // the backend's working directory
+	UserHomeDir          string   // the daemon user's home directory
+	PlatformOS           string   // e.g. "linux"
+	PrependPathDirs      []string // directories a client should put first on PATH
 	TemporaryDirectories []string // $TMPDIR when set
 	TempDir              string   // where temporary files go ($TMPDIR, else /tmp)
 	// Capabilities maps each optional feature's name (wire.Cap*) to whether

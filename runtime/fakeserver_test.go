@@ -3,68 +3,17 @@ package runtime
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/runtimed/runtimed/wire"
+	"github.com/runtimed/runtimed/wire/wiretest"
 )
 
-// memEnd is one end of an in-memory message pipe (a wire.Transport).
-type memEnd struct {
-	in        <-chan []byte
-	out       chan<- []byte
-	closed    chan struct{}
-	peerClose <-chan struct{}
-	once      sync.Once
-}
+// memEnd is one end of the project's in-memory pipe.
+type memEnd = wiretest.MemTransport
 
-func memPair() (client, server *memEnd) {
-	c2s, s2c := make(chan []byte, 256), make(chan []byte, 256)
-	cc, sc := make(chan struct{}), make(chan struct{})
-	return &memEnd{in: s2c, out: c2s, closed: cc, peerClose: sc},
-		&memEnd{in: c2s, out: s2c, closed: sc, peerClose: cc}
-}
-
-var errMemClosed = errors.New("mem transport closed")
-
-func (t *memEnd) ReadMessage(ctx context.Context) ([]byte, error) {
-	select {
-	case m := <-t.in:
-		return m, nil
-	case <-t.closed:
-		return nil, errMemClosed
-	case <-t.peerClose:
-		return nil, io.EOF
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (t *memEnd) WriteMessage(ctx context.Context, msg []byte) error {
-	select {
-	case <-t.closed:
-		return errMemClosed
-	case <-t.peerClose:
-		return errMemClosed
-	default:
-	}
-	select {
-	case t.out <- append([]byte(nil), msg...):
-		return nil
-	case <-t.closed:
-		return errMemClosed
-	case <-t.peerClose:
-		return errMemClosed
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (t *memEnd) Flush() error { return nil }
-func (t *memEnd) Close() error { t.once.Do(func() { close(t.closed) }); return nil }
+func memPair() (client, server *memEnd) { return wiretest.MemPipe(256) }
 
 // fakeServer is a scripted server: the test reads what the client sends
 // and answers whatever the case needs (evicted output, a lost exit, a

@@ -20,14 +20,22 @@ import (
 // protocol's code and OS text (-32004 not found, -32600 invalid or denied
 // or outside the allowed roots).
 type FileSystem interface {
+	// ReadFile returns the whole file (fs/readFile).
 	ReadFile(ctx context.Context, path string) ([]byte, error)
 	// WriteFile replaces path atomically (temp file + rename).
 	WriteFile(ctx context.Context, path string, data []byte) error
+	// CreateDirectory makes path (and its parents when recursive).
 	CreateDirectory(ctx context.Context, path string, recursive bool) error
+	// Stat describes path, following a final symlink.
 	Stat(ctx context.Context, path string) (FileInfo, error)
+	// Canonicalize resolves path to an absolute path without links.
 	Canonicalize(ctx context.Context, path string) (string, error)
+	// ReadDirectory lists path's entries.
 	ReadDirectory(ctx context.Context, path string) ([]DirEntry, error)
+	// Remove removes path (a directory's contents when recursive; no
+	// error for a missing path when force).
 	Remove(ctx context.Context, path string, recursive, force bool) error
+	// Copy copies src to dst (a directory tree when recursive).
 	Copy(ctx context.Context, src, dst string, recursive bool) error
 	// Open streams a file of any size with fs/open + fs/readBlock.
 	Open(ctx context.Context, path string) (io.ReadCloser, error)
@@ -46,7 +54,7 @@ type FileSystem interface {
 // the entries examined. Zero MaxDirectories or MaxEntries is an error;
 // the maxima are 64, 10 000 and 50 000.
 type WalkOptions struct {
-	MaxDepth, MaxDirectories, MaxEntries int
+	MaxDepth, MaxDirectories, MaxEntries int // see above
 	// FollowDirectorySymlinks lists and walks links to directories (never
 	// one directory twice); otherwise links are left out.
 	FollowDirectorySymlinks bool
@@ -57,35 +65,35 @@ type WalkOptions struct {
 // WalkResult is what a Walk found: regular files and directories, the
 // directories it could not read, and whether a limit cut it short.
 type WalkResult struct {
-	Entries   []WalkEntry
-	Errors    []WalkError
-	Truncated bool
+	Entries   []WalkEntry // breadth first
+	Errors    []WalkError // directories it could not read
+	Truncated bool        // a limit of WalkOptions cut it short
 }
 
 // WalkEntry is one file or directory found by a Walk.
 type WalkEntry struct {
-	Path        string
-	IsDirectory bool // else a regular file
+	Path        string // in the form the walked path had
+	IsDirectory bool   // else a regular file
 }
 
 // WalkError is a directory a Walk could not read (or a link it would not
 // follow out of the allowed roots); the walk went on without it.
 type WalkError struct {
-	Path, Message string
+	Path, Message string // the directory and why
 }
 
 // FileInfo describes what a path points to.
 type FileInfo struct {
-	IsDirectory, IsFile, IsSymlink bool
-	Size                           uint64
-	Created, Modified              time.Time
+	IsDirectory, IsFile, IsSymlink bool      // what kind of file
+	Size                           uint64    // bytes
+	Created, Modified              time.Time // zero when unknown
 }
 
 // DirEntry is one directory entry.
 type DirEntry struct {
-	Name        string
-	IsDirectory bool
-	IsFile      bool
+	Name        string // the base name
+	IsDirectory bool   // a directory (a symlink to one is neither)
+	IsFile      bool   // a regular file
 }
 
 // fsCall performs one fs method; out receives the JSON result. h is the

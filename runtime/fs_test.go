@@ -2,8 +2,10 @@ package runtime
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/runtimed/runtimed/wire"
@@ -38,5 +40,29 @@ func TestServerFsRootConfinement(t *testing.T) {
 	}
 	if err := (Config{FsRoots: []string{filepath.Join(root, "missing")}}).Validate(); err == nil {
 		t.Error("Validate accepted a missing fs root")
+	}
+}
+
+// With FsRoots, a process's cwd must lie inside a root on every backend
+// (Local checks it as the server does).
+func TestFsRootsConfineCwd(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	for _, bc := range backendsWith(Config{FsRoots: []string{root}}) {
+		t.Run(bc.name, func(t *testing.T) {
+			b := bc.make(t)
+			ctx := ctxT(t)
+			_, err := b.Start(ctx, Spec{Argv: []string{"pwd"}, Dir: outside})
+			var re *RPCError
+			if !errors.As(err, &re) || re.Code != wire.CodeInvalidRequest || !strings.Contains(re.Message, "outside the allowed roots") {
+				t.Fatalf("cwd outside the root: %v; want -32600 outside the allowed roots", err)
+			}
+			p, err := b.Start(ctx, Spec{Argv: []string{"pwd"}, Dir: root})
+			if err != nil {
+				t.Fatalf("cwd inside the root: %v", err)
+			}
+			if st, err := p.Wait(ctx); err != nil || st.Code != 0 {
+				t.Fatalf("wait: %v %v", st, err)
+			}
+		})
 	}
 }

@@ -15,10 +15,14 @@ import (
 // Containment modes of Config.Containment.
 const (
 	// ContainAuto tracks each process tree with a cgroup where this host
-	// lets the daemon create one, else by process group.
+	// lets the daemon create one, else as a child subreaper (orphans are
+	// adopted, reaped, and killed with their tree), else by process group.
 	ContainAuto = ""
+	// ContainSubreaper skips cgroups and contains trees as a child
+	// subreaper (no limits that need a cgroup): the fallback, forced.
+	ContainSubreaper = "subreaper"
 	// ContainProcessGroup uses process groups only (no cgroups, no limits
-	// that need one).
+	// that need one; descendants that call setsid escape).
 	ContainProcessGroup = "pgroup"
 )
 
@@ -40,8 +44,11 @@ func newIsolation(cfg Config) *isolation {
 		cfg.Logger.Info("sandbox", zap.String("enforces", h.Summary()))
 	}
 	want := contain.ModeCgroup2
-	if cfg.Containment == ContainProcessGroup {
+	switch cfg.Containment {
+	case ContainProcessGroup:
 		want = contain.ModePgroup
+	case ContainSubreaper:
+		want = contain.ModeSubreaper
 	}
 	iso.Contain = contain.NewManager(want)
 	cfg.Logger.Info("containment", zap.String("mode", iso.Contain.Mode()), zap.String("detail", iso.Contain.Summary()))
@@ -63,9 +70,9 @@ func validateSandboxConfig(c Config) error {
 		return fmt.Errorf("runtime: DefaultSandbox %q: want %q, %q or empty", c.DefaultSandbox, actors.FloorReadOnly, actors.FloorWorkspaceWrite)
 	}
 	switch c.Containment {
-	case ContainAuto, ContainProcessGroup:
+	case ContainAuto, ContainSubreaper, ContainProcessGroup:
 	default:
-		return fmt.Errorf("runtime: Containment %q: want %q or empty", c.Containment, ContainProcessGroup)
+		return fmt.Errorf("runtime: Containment %q: want %q, %q or empty", c.Containment, ContainSubreaper, ContainProcessGroup)
 	}
 	return nil
 }

@@ -46,6 +46,7 @@ func NewLocal(cfg Config) *Local {
 	iso := newIsolation(cfg)
 	scfg := supervisorConfig(cfg, iso)
 	scfg.Budgets = cfg.budgets(ProbeMachine())
+	scfg.FsRoots = roots // process cwds too
 	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), maxProcs: cfg.MaxProcesses}
 }
 
@@ -71,8 +72,12 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 	}
 }
 
-// Start starts a process.
+// Start starts a process. ctx bounds the call: if it has ended before the
+// process runs, Start returns ctx's error and leaves nothing running.
 func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if spec.ID == "" {
 		spec.ID = "proc-" + strconv.FormatUint(l.nextID.Add(1), 10)
 	}
@@ -85,10 +90,13 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		return nil, rpcErr(werr)
 	}
 	as.Limits = actors.LimitsFrom(spec.Limits.wire())
+	if werr := l.sup.AllowCwd(as.Dir); werr != nil { // Config.FsRoots: the cwd too
+		return nil, rpcErr(werr)
+	}
 	l.mu.Lock()
 	if ref, ok := l.procs[spec.ID]; ok && (ref == nil || ref.Alive()) { // nil: another Start is spawning it
 		l.mu.Unlock()
-		return nil, rpcErr(wire.ErrProcessExists(spec.ID))
+		return nil, errProcessExists(spec.ID)
 	}
 	active := l.activeLocked()
 	if l.maxProcs > 0 && active >= l.maxProcs {
@@ -118,6 +126,12 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 			return nil, ErrClosed
 		}
 		return nil, rpcErr(actors.SpawnWireError(err))
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up while it was spawning: kill it (the actor
+		// is fresh, so this is answered at once).
+		_, _ = ref.Terminate(context.WithoutCancel(ctx), 0)
+		return nil, err
 	}
 	lp := &localProcess{ref: ref}
 	lp.first.Store(&first)
@@ -157,6 +171,9 @@ func actorSpec(spec Spec) (actors.Spec, error) {
 		return actors.Spec{}, rpcErr(e)
 	}
 	if spec.EnvPolicy != nil {
+		if e := actors.CheckEnvInherit(spec.EnvPolicy.Inherit); e != nil {
+			return actors.Spec{}, rpcErr(e)
+		}
 		if e := actors.CheckEnvNames("envPolicy.set", spec.EnvPolicy.Set); e != nil {
 			return actors.Spec{}, rpcErr(e)
 		}
@@ -171,7 +188,7 @@ func actorSpec(spec Spec) (actors.Spec, error) {
 		return actors.Spec{}, &RPCError{Code: wire.CodeInvalidParams, Message: fmt.Sprintf("cwd must be absolute: %s", spec.Dir)}
 	}
 	var policy *actors.EnvPolicy
-	if p := spec.EnvPolicy; p != nil {
+	if p := spec.envPolicy(); p != nil {
 		policy = &actors.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
 	}
 	return actors.Spec{
@@ -273,7 +290,7 @@ func (p *localProcess) Resize(ctx context.Context, rows, cols uint16) error {
 func (p *localProcess) Signal(ctx context.Context, sig Signal) error {
 	s, ok := actors.Signals[string(sig)]
 	if !ok {
-		return &RPCError{Code: wire.CodeInvalidParams, Message: fmt.Sprintf("unknown signal `%s`", sig)}
+		return &RPCError{Code: wire.CodeInvalidParams, Message: fmt.Sprintf("unknown signal `%s`; expected one of interrupt, terminate, kill, hangup, quit, user1, user2", sig)} // as the server says
 	}
 	err := p.ref.Signal(ctx, s)
 	if errors.Is(err, actors.ErrStopped) {
@@ -290,8 +307,11 @@ func (p *localProcess) Terminate(ctx context.Context, grace time.Duration) (bool
 	return running, err
 }
 
-func (p *localProcess) Read(ctx context.Context, after uint64, maxBytes int, wait time.Duration) (ReadResult, error) {
-	r, err := p.ref.Read(ctx, after, maxBytes, wait)
+func (p *localProcess) Read(ctx context.Context, opts ReadOptions) (ReadResult, error) {
+	if err := opts.validate(); err != nil {
+		return ReadResult{}, err
+	}
+	r, err := p.ref.Read(ctx, opts.After, opts.MaxBytes, opts.Wait)
 	if err != nil {
 		return ReadResult{}, p.actorErr(err)
 	}

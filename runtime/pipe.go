@@ -14,7 +14,7 @@ import (
 // ProcessPipe is an io.ReadWriteCloser over a process: Read returns its
 // stdout (or PTY output) in order, each byte once, recovering from lag
 // through retained history; Write writes stdin; Close closes stdin. Stderr
-// goes to the logger (or to the writer given to PipeWithStderr).
+// goes where PipeOptions says.
 //
 // Read and Write may be called concurrently with each other; each from one
 // goroutine at a time. This is what running an MCP stdio server on a remote
@@ -29,23 +29,32 @@ type ProcessPipe struct {
 	once   sync.Once
 }
 
-// Pipe returns a pipe over p; ctx bounds every Read and Write. stderr
-// lines are logged at Info on log (nil: dropped).
-func Pipe(ctx context.Context, p Process, log *zap.Logger) (*ProcessPipe, error) {
-	var w io.Writer = io.Discard
-	if log != nil {
-		w = &logWriter{log: log.Named("stderr")}
-	}
-	return PipeWithStderr(ctx, p, w)
+// PipeOptions configure Pipe. The zero value discards stderr.
+type PipeOptions struct {
+	// Stderr receives the process's stderr as it comes.
+	Stderr io.Writer
+	// Logger, instead of Stderr, logs each stderr line at Info (logger
+	// named "stderr"). Setting both is an error.
+	Logger *zap.Logger
 }
 
-// PipeWithStderr is Pipe with stderr copied to w.
-func PipeWithStderr(ctx context.Context, p Process, stderr io.Writer) (*ProcessPipe, error) {
+// Pipe returns a pipe over p. ctx bounds every Read, Write and Close of
+// the pipe (not the process: ending ctx does not stop it).
+func Pipe(ctx context.Context, p Process, opts PipeOptions) (*ProcessPipe, error) {
+	var w io.Writer = io.Discard
+	switch {
+	case opts.Stderr != nil && opts.Logger != nil:
+		return nil, fmt.Errorf("%w: PipeOptions.Stderr and PipeOptions.Logger are both set (pick one)", ErrInvalidOption)
+	case opts.Stderr != nil:
+		w = opts.Stderr
+	case opts.Logger != nil:
+		w = &logWriter{log: opts.Logger.Named("stderr")}
+	}
 	s, err := p.Events(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &ProcessPipe{p: p, ctx: ctx, stream: s, stderr: stderr}, nil
+	return &ProcessPipe{p: p, ctx: ctx, stream: s, stderr: w}, nil
 }
 
 // Read reads the process's output. It returns io.EOF once the process has

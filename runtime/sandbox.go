@@ -28,6 +28,7 @@ type Sandbox struct {
 // FSAccess is what an FSRule grants.
 type FSAccess string
 
+// The accesses an FSRule grants: read, write (read included) or none.
 const (
 	FSRead  FSAccess = "read"
 	FSWrite FSAccess = "write"
@@ -46,12 +47,12 @@ const (
 // optional relative Subpath), Path (absolute or file: URI) or Glob (deny
 // only) is set.
 type FSRule struct {
-	Special     string
-	Subpath     string
-	Path        string
-	Glob        string
-	Access      FSAccess
-	SkipMissing bool // a missing path is ignored instead of refusing the start
+	Special     string   // one of the FS* special paths (FSRoot, FSTmpdir...)
+	Subpath     string   // with Special: a relative path under it
+	Path        string   // an absolute path or file: URI
+	Glob        string   // a glob of paths to deny
+	Access      FSAccess // what the rule grants
+	SkipMissing bool     // a missing path is ignored instead of refusing the start
 }
 
 // ReadOnlySandbox reads everything, writes nothing (but /dev/null and
@@ -109,11 +110,11 @@ func (s *Sandbox) wire() *wire.Sandbox {
 // by rlimits of each process. A process ended by a limit reports it in
 // ExitStatus.Limit.
 type Limits struct {
-	MemoryBytes   uint64
-	Pids          uint64
-	CPUSeconds    uint64
-	OpenFiles     uint64
-	FileSizeBytes uint64
+	MemoryBytes   uint64 // memory of the whole tree (cgroup)
+	Pids          uint64 // processes in the tree (cgroup)
+	CPUSeconds    uint64 // CPU time of each process (RLIMIT_CPU)
+	OpenFiles     uint64 // open files of each process (RLIMIT_NOFILE)
+	FileSizeBytes uint64 // largest file each process may write (RLIMIT_FSIZE)
 }
 
 // Limit names reported in ExitStatus.Limit.

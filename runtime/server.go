@@ -42,7 +42,7 @@ type Config struct {
 	DetachTTL time.Duration
 	// RetainBytes and RetainChunks bound retained output per process.
 	RetainBytes  int
-	RetainChunks int
+	RetainChunks int // see RetainBytes
 	// ClosedRetention: how long a closed process stays readable. Zero means
 	// the default; negative means it is forgotten at once.
 	ClosedRetention time.Duration
@@ -77,7 +77,7 @@ type Config struct {
 	// only new connections and sessions with fewer than 2 active processes
 	// may use, so a greedy session is refused while they still work.
 	MaxOpenFiles int
-	FDReserve    int
+	FDReserve    int // see MaxOpenFiles
 	// MaxRetainedBytes bounds the output processes may hold: each charges
 	// RetainBytes plus its read-ahead (18 reads of up to 256 KiB) while it
 	// runs, RetainBytes once closed until its retention ends (default: half
@@ -87,7 +87,7 @@ type Config struct {
 	// connection charges OutboundQueueBytes (default 1 MiB) while open
 	// (default: an eighth of memory).
 	MaxOutboundBytes   int64
-	OutboundQueueBytes int
+	OutboundQueueBytes int // see MaxOutboundBytes
 	// SlowConsumerTimeout closes a websocket connection whose outbound
 	// queue makes no progress for this long (default 30 s); the detach
 	// rules then apply to its session.
@@ -109,7 +109,8 @@ type Config struct {
 	// DefaultSandbox applies) with -32602.
 	RequireSandbox bool
 	// Containment is ContainAuto (a cgroup per process tree where this host
-	// allows it) or ContainProcessGroup.
+	// allows it, else a child subreaper), ContainSubreaper or
+	// ContainProcessGroup.
 	Containment string
 	// Services are kept running by the server (StartServices; runtimed
 	// serve --supervise FILE) and shown by process/list of every session.

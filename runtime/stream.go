@@ -29,19 +29,20 @@ const (
 	EventGap
 )
 
+// String returns the kind's name: "output", "exited", "closed"...
 func (k EventKind) String() string {
 	return [...]string{"invalid", "output", "exited", "closed", "failed", "lagged", "gap"}[k]
 }
 
 // Event is one entry of a process's history, or a marker about the stream.
 type Event struct {
-	Kind     EventKind
-	Seq      uint64
-	Stream   Stream
-	Data     []byte
-	ExitCode int
-	To       uint64 // last seq of an EventGap
-	Err      error  // of an EventFailed
+	Kind     EventKind // what the event is
+	Seq      uint64    // its place in the process's history (0 for markers)
+	Stream   Stream    // of an EventOutput
+	Data     []byte    // of an EventOutput
+	ExitCode int       // of an EventExited
+	To       uint64    // last seq of an EventGap
+	Err      error     // of an EventFailed
 }
 
 // subscription is what a backend's subscribe returns: the history after a

@@ -44,13 +44,14 @@ type Service struct {
 	Spec Spec
 	// Restart is the restart policy (default RestartOnFailure).
 	Restart RestartPolicy
+	// Backoff is the delay before each restart (see Backoff's defaults).
 	Backoff Backoff
 	// MaxRestarts within Window (systemd's StartLimitBurst within
 	// StartLimitIntervalSec, suture's failure threshold): one more restart
 	// than that and the service gives up (ServiceFailed). Defaults 5 in 60 s;
 	// a negative MaxRestarts means no limit.
 	MaxRestarts int
-	Window      time.Duration
+	Window      time.Duration // see MaxRestarts
 	// StopGrace is the SIGTERM-to-SIGKILL grace when the supervisor stops
 	// it (default 5 s).
 	StopGrace time.Duration
@@ -71,26 +72,26 @@ const (
 
 // ServiceStatus is the observable health of one service.
 type ServiceStatus struct {
-	Name      string
-	State     ServiceState
-	ProcessID string // the current or last process, "" before the first start
-	Restarts  int    // restarts so far
-	LastExit  *ExitStatus
-	LastError error // the last start error, if the last attempt failed
-	Since     time.Time
+	Name      string       // the service
+	State     ServiceState // where it is now
+	ProcessID string       // the current or last process, "" before the first start
+	Restarts  int          // restarts so far
+	LastExit  *ExitStatus  // how its last process ended; nil before
+	LastError error        // the last start error, if the last attempt failed
+	Since     time.Time    // when it entered State
 }
 
 // ServiceEvent is a change of a service's state. Dropped counts events
 // this subscriber missed just before this one because its queue was full.
 type ServiceEvent struct {
 	ServiceStatus
-	Dropped int
+	Dropped int // events missed just before this one
 }
 
 // Clock is the time source of a Supervisor; tests pass a fake one.
 type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
+	Now() time.Time                         // the current time
+	After(d time.Duration) <-chan time.Time // like time.After
 }
 
 type realClock struct{}

@@ -119,6 +119,8 @@ func (e serviceEntry) service(where string) (Service, error) {
 	svc.Spec = Spec{Argv: e.Argv, Dir: e.Cwd, Env: e.Env}
 	if e.InheritEnv == nil || *e.InheritEnv {
 		svc.Spec.EnvPolicy = &EnvPolicy{Inherit: "all"}
+	} else if svc.Spec.Env == nil {
+		svc.Spec.Env = map[string]string{} // exactly env: empty (a nil Env would inherit)
 	}
 	var err error
 	if svc.Window, err = dur("window", e.Window); err != nil {

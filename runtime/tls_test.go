@@ -204,7 +204,7 @@ func TestTLSServeAndReload(t *testing.T) {
 
 func mustPipe(t *testing.T, ctx context.Context, p Process) io.Reader {
 	t.Helper()
-	pr, err := Pipe(ctx, p, nil)
+	pr, err := Pipe(ctx, p, PipeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,9 +65,12 @@ var null = []byte("null")
 // connection open. An id is accepted only if it can be echoed byte for
 // byte: an integer (int64) or a string that is valid UTF-8.
 func Decode(data []byte) (Message, *Error) {
-	var env rawEnvelope
-	if err := json.Unmarshal(data, &env); err != nil {
-		return Message{ID: MalformedID}, ErrMalformed(err.Error())
+	env, ok := scanEnvelope(data)
+	if !ok {
+		env = rawEnvelope{}
+		if err := json.Unmarshal(data, &env); err != nil {
+			return Message{ID: MalformedID}, ErrMalformed(err.Error())
+		}
 	}
 	var m Message
 	id := bytes.TrimSpace(env.ID)
@@ -236,3 +239,75 @@ func AppendString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
+
+// scanEnvelope is Decode's fast path: for a valid JSON object whose
+// members are spelled exactly (no escapes in keys, a method string without
+// escapes, valid UTF-8) it finds id, method, params, result and error in one scan and
+// copies the message once (the caller's buffer is reused by the
+// transport), instead of a reflective decode that copies each member. It
+// reports false for anything else (invalid JSON, a method that is not a
+// plain string, a key that only encoding/json's case-insensitive matching
+// would take), which the reflective decode then handles, with its error
+// texts. As encoding/json, the last of duplicate members wins.
+func scanEnvelope(data []byte) (rawEnvelope, bool) {
+	var env rawEnvelope
+	if !json.Valid(data) {
+		return env, false
+	}
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return env, false
+	}
+	data = bytes.Clone(data)
+	i++
+	for {
+		i = skipSpace(data, i)
+		if i >= len(data) || data[i] == '}' {
+			return env, true
+		}
+		if data[i] == ',' {
+			i++
+			continue
+		}
+		end := skipString(data, i)
+		key := data[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return env, false
+		}
+		i = skipSpace(data, end)
+		i = skipSpace(data, i+1) // past ':'
+		vend := skipValue(data, i)
+		val := bytes.TrimRight(data[i:vend], " \t\r\n")
+		i = vend
+		switch string(key) {
+		case "id":
+			env.ID = val
+		case "method":
+			if val[0] != '"' || bytes.IndexByte(val, '\\') >= 0 || !utf8.Valid(val) {
+				if bytes.Equal(val, null) {
+					env.Method = nil
+					continue
+				}
+				return env, false
+			}
+			m := string(val[1 : len(val)-1])
+			env.Method = &m
+		case "params":
+			env.Params = val
+		case "result":
+			env.Result = val
+		case "error":
+			env.Error = val
+		default:
+			for _, k := range envelopeKeys {
+				if bytes.EqualFold(key, []byte(k)) {
+					return env, false
+				}
+			}
+		}
+	}
+}
+
+// envelopeKeys are the members scanEnvelope takes; a key equal to one of
+// them without regard to case goes to the reflective decode.
+var envelopeKeys = [...]string{"id", "method", "params", "result", "error"}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -242,4 +243,36 @@ func TestParseOutputNotification(t *testing.T) {
 			t.Errorf("ParseOutputNotification(%s) accepted: %+v", msg, n)
 		}
 	}
+}
+
+// FuzzEnvelopeFastPath: whatever scanEnvelope accepts, the reflective
+// decode accepts too and finds the same members, byte for byte.
+func FuzzEnvelopeFastPath(f *testing.F) {
+	for _, s := range []string{
+		`{"id":1,"method":"process/read","params":{"processId":"p","afterSeq":0}}`,
+		`{"jsonrpc":"2.0","id":"a\u00e9","method":"x","params":null}`,
+		`{"id":null,"method":"m"}`, `{"id":1,"result":{"a":[1,2,{"b":"}"}]}}`,
+		`{"id":2,"error":{"code":-1,"message":"x\"y"}}`, `{"method":"a","method":"b"}`,
+		`{"METHOD":"a"}`, `{"method":"a\nb"}`, ` { "id" : 7 , "method" : "m" , "params" : { } } `,
+		`{"method":5}`, `[1]`, `{"id":1,"method":"m","params":"s"}`, `{"a\u0069d":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast, ok := scanEnvelope(data)
+		if !ok {
+			return
+		}
+		var slow rawEnvelope
+		if err := json.Unmarshal(data, &slow); err != nil {
+			t.Fatalf("fast path took %q; encoding/json: %v", data, err)
+		}
+		same := func(a, b json.RawMessage) bool { return (a == nil) == (b == nil) && bytes.Equal(a, b) }
+		if !same(fast.ID, slow.ID) || !same(fast.Params, slow.Params) || !same(fast.Result, slow.Result) || !same(fast.Error, slow.Error) {
+			t.Fatalf("%q: fast %+v, slow %+v", data, fast, slow)
+		}
+		if (fast.Method == nil) != (slow.Method == nil) || (fast.Method != nil && *fast.Method != *slow.Method) {
+			t.Fatalf("%q: method fast %v, slow %v", data, fast.Method, slow.Method)
+		}
+	})
 }

@@ -205,3 +205,9 @@ func ErrBudget(limit, value, flag, detail string) *Error {
 	e.Limit = strings.ReplaceAll(limit, " ", "_") // the metric label: "processes_per_session"
 	return e
 }
+
+// ErrUnknownVariant: field holds a value outside its enumeration, in the
+// reference's words.
+func ErrUnknownVariant(field, got string, allowed ...string) *Error {
+	return Errorf(CodeInvalidParams, "invalid field `%s`: unknown variant `%s`, expected one of `%s`", field, got, strings.Join(allowed, "`, `"))
+}

@@ -31,14 +31,12 @@ func DecodeParams(raw json.RawMessage, dst Params) *Error {
 		return paramError(err, dst)
 	}
 	if len(req) > 0 {
-		present, ok := topLevelKeys(raw)
+		missing, ok := firstMissing(raw, req)
 		if !ok {
 			return Errorf(CodeInvalidParams, "invalid params: expected an object")
 		}
-		for _, f := range req {
-			if !present[f] {
-				return ErrMissingField(f)
-			}
+		if missing != "" {
+			return ErrMissingField(missing)
 		}
 	}
 	return nil
@@ -97,40 +95,56 @@ func typeName(t reflect.Type) string {
 	return t.String()
 }
 
-// topLevelKeys returns the keys of a JSON object whose values are not null.
-// raw has already been validated by encoding/json; this is a single linear
-// scan that never copies values (a write's base64 chunk can be megabytes).
-func topLevelKeys(raw []byte) (map[string]bool, bool) {
+// firstMissing returns the first of req (at most 64 names) that is not a
+// key of the JSON object raw with a non-null value ("" when all are
+// there). raw has already been validated by encoding/json; this is a
+// single linear scan that never copies values (a write's base64 chunk can
+// be megabytes) and allocates only for a key written with escapes.
+func firstMissing(raw []byte, req []string) (string, bool) {
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
-		return nil, false
+		return "", false
 	}
-	keys := make(map[string]bool, 8)
+	var found uint64
 	i++
 	for {
 		i = skipSpace(raw, i)
 		if i >= len(raw) || raw[i] == '}' {
-			return keys, true
+			break
 		}
 		if raw[i] == ',' {
 			i++
 			continue
 		}
-		// key
 		end := skipString(raw, i)
-		var key string
-		if err := json.Unmarshal(raw[i:end], &key); err != nil {
-			return nil, false
+		key := raw[i+1 : max(i+1, end-1)]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			var k string
+			if err := json.Unmarshal(raw[i:end], &k); err != nil {
+				return "", false
+			}
+			key = []byte(k)
 		}
 		i = skipSpace(raw, end)
 		if i < len(raw) && raw[i] == ':' {
 			i++
 		}
 		i = skipSpace(raw, i)
-		isNull := len(raw)-i >= 4 && string(raw[i:i+4]) == "null"
-		keys[key] = keys[key] || !isNull
+		if len(raw)-i < 4 || string(raw[i:i+4]) != "null" {
+			for n, f := range req {
+				if string(key) == f {
+					found |= 1 << n
+				}
+			}
+		}
 		i = skipValue(raw, i)
 	}
+	for n, f := range req {
+		if found&(1<<n) == 0 {
+			return f, true
+		}
+	}
+	return "", true
 }
 
 func skipSpace(b []byte, i int) int {

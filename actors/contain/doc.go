@@ -10,34 +10,55 @@
 // files and file size are rlimits of each process. It knows nothing of
 // actors or the wire.
 //
+// Where no cgroup can be had, the process becomes a child subreaper
+// (ModeSubreaper, reaper.go): orphaned descendants are reparented to it,
+// reaped when they exit, attributed to their tree and frozen and killed
+// with it. Only where that cannot be had either (no pidfds, no /proc)
+// are trees contained by process group (ModePgroup: descendants that
+// leave the group escape). Without a cgroup, memory falls back to RLIMIT_AS per
+// process, and a pids limit is refused (RLIMIT_NPROC counts the whole
+// user, not the tree).
+//
 // # Usage
 //
-//	m := contain.NewManager(contain.ModeCgroup2)       // once; m.Mode() is "cgroup2" or "pgroup"
+//	m := contain.NewManager(contain.ModeCgroup2) // once; m.Mode(): cgroup2, cgroup1, subreaper or pgroup
 //	g, err := m.NewGroup(limits)         // per process
 //	// clone into g.CgroupFD() (if >= 0); the helper joins g.JoinFiles() and sets g.Rlimits()
+//	g.Started(pid)                       // right after the start (registers the tree with the subreaper)
 //	g.Kill()                             // SIGKILL the whole tree
 //	limit := g.LimitHit(exitCode)        // "memory", "pids", "cpu", "fileSize" or ""
 //	g.Release()                          // kill what is left, remove the cgroups
 //	m.Close()                            // at daemon exit
 //
-// Where no cgroup can be had, trees are contained by process group only
-// (descendants that leave the group escape), memory falls back to
-// RLIMIT_AS per process, and a pids limit is refused (RLIMIT_NPROC counts
-// the whole user, not the tree).
-//
 // # Concurrency
 //
-// A Manager is read-only after NewManager. A Group is owned by the process
-// actor of its process; Kill and LimitHit only write or read cgroup files.
+// A Manager is read-only after NewManager (Close is once). A Group is
+// owned by the process actor of its process; Kill and LimitHit only write
+// or read cgroup files, or ask the subreaper. The subreaper is one
+// goroutine per process (PR_SET_CHILD_SUBREAPER is a process attribute)
+// that owns all its state; Managers in ModeSubreaper share it by a
+// reference count (a package mutex guards only that count and pointer),
+// and the last Close stops it.
 //
 // # Failure semantics
 //
 // NewGroup fails (wrapping ErrLimitUnavailable where the host cannot apply
-// a limit) before anything is started. Kill on a gone cgroup is a no-op.
-// Release waits at most 200 ms for the tree to empty; a cgroup that does
-// not empty is left for the next daemon's clean-up of stale directories.
+// a limit) before anything is started. Kill on a gone cgroup or tree is a
+// no-op. Release waits at most 200 ms for the tree to empty; a cgroup that
+// does not empty is left for the next daemon's clean-up of stale
+// directories. Started fails only if the child has no pidfd (then the
+// caller kills it). The subreaper never reaps a child that another pidfd
+// in the process names (the waiter of os/exec or of the process actor);
+// its freeze is bounded by 200 ms, after which what was found is killed
+// and later sweeps take the rest. After it stopped, Group calls return
+// ErrReaperGone. Its one attribution gap (an orphan that called setsid
+// before it was seen, while an older tree lives) is in reaper.go.
 //
 // # Backpressure
 //
-// None: every operation is a few file writes.
+// Cgroup operations are a few file writes. Requests to the subreaper go
+// through a mailbox of 16 and block the calling process actor until
+// handled (a freeze and kill takes at most about 200 ms); its sweeps
+// (on SIGCHLD, coalesced, and every 250 ms) read one /proc file per thread
+// and per unknown child.
 package contain

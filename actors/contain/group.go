@@ -27,6 +27,11 @@ type Group struct {
 	lim   Limits
 	oom0  uint64 // oom_kill count at creation
 	track string // the v1 cgroup that tracks the tree (ModeCgroup1), "" otherwise
+	// ModeSubreaper: the process's reaper and this tree's record there
+	// (registered by Started; the record is owned by the reaper's
+	// goroutine from then on). Both nil in other modes.
+	reap *reaper
+	tree *tree
 }
 
 // Rlimit is one per-process resource limit for the helper to set.
@@ -40,7 +45,7 @@ type Rlimit struct {
 // (CgroupFD -1) and carries only rlimits; a limit that needs a cgroup and
 // has no fallback is refused (ErrLimitUnavailable).
 func (m *Manager) NewGroup(lim Limits) (_ *Group, err error) {
-	g := &Group{v1: map[string]string{}, lim: lim}
+	g := &Group{v1: map[string]string{}, lim: lim, reap: m.reap}
 	defer func() {
 		if err != nil {
 			g.Release()
@@ -110,6 +115,32 @@ func (m *Manager) NewGroup(lim Limits) (_ *Group, err error) {
 	return g, nil
 }
 
+// Started registers the tree's root, the child just started with pid,
+// with the subreaper (ModeSubreaper; a no-op otherwise). It must be
+// called before anything waits for the child, so that the pid still
+// names it.
+func (g *Group) Started(pid int) error {
+	if g == nil || g.reap == nil || g.tree != nil {
+		return nil
+	}
+	fd := pidfdOpen(pid)
+	if fd < 0 {
+		return fmt.Errorf("contain: pidfd of %d: not available", pid)
+	}
+	st, ok := readStat(pid)
+	if !ok {
+		unix.Close(fd)
+		return fmt.Errorf("contain: /proc/%d/stat: unreadable", pid)
+	}
+	t := &tree{root: pid, rootFD: fd, start: st.start}
+	if err := g.reap.call(reqRegister, t); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	g.tree = t
+	return nil
+}
+
 // CgroupFD is the descriptor to clone the child into (CLONE_INTO_CGROUP),
 // or -1 when this host has no unified hierarchy for us.
 func (g *Group) CgroupFD() int {
@@ -169,13 +200,19 @@ func (g *Group) Rlimits() []Rlimit {
 func (g *Group) v2Has(file string) bool { return g.v2 != "" && exists(filepath.Join(g.v2, file)) }
 
 // Contained reports whether every descendant is tracked by a cgroup.
-func (g *Group) Contained() bool { return g != nil && (g.v2 != "" || g.track != "") }
+func (g *Group) Contained() bool {
+	return g != nil && (g.v2 != "" || g.track != "" || g.tree != nil)
+}
 
 // Kill sends SIGKILL to every process of the tree: cgroup.kill where there
-// is a v2 cgroup, otherwise each pid listed by the v1 cgroups.
+// is a v2 cgroup, each pid listed by the v1 cgroups, or (ModeSubreaper)
+// every process the reaper attributes to the tree, frozen first.
 func (g *Group) Kill() error {
 	if g == nil {
 		return nil
+	}
+	if g.tree != nil {
+		return g.reap.call(reqKill, g.tree)
 	}
 	if g.v2 != "" {
 		if err := os.WriteFile(filepath.Join(g.v2, "cgroup.kill"), []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -276,6 +313,10 @@ func (g *Group) cpuOver() bool {
 func (g *Group) Release() {
 	if g == nil {
 		return
+	}
+	if g.tree != nil {
+		_ = g.reap.call(reqRelease, g.tree)
+		g.tree = nil
 	}
 	if !g.Empty() {
 		_ = g.Kill()

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -45,23 +46,36 @@ type Manager struct {
 	// track is the v1 controller whose cgroups track trees when there is
 	// no v2 hierarchy ("freezer" or "pids"), "" otherwise.
 	track string
+	// reap is the process's subreaper when trees are contained by it
+	// (ModeSubreaper), nil otherwise. Set to nil by Close (closeOnce).
+	reap      *reaper
+	closeOnce sync.Once
 }
 
 // Mode values: how process trees are tracked.
 const (
 	ModeCgroup2 = "cgroup2" // clone into a v2 cgroup; cgroup.kill
 	ModeCgroup1 = "cgroup1" // the helper joins a v1 freezer/pids cgroup; freeze, kill each pid, thaw
-	ModePgroup  = "pgroup"  // the process group only
+	// ModeSubreaper: this process is a child subreaper; adopted orphans
+	// are reaped, attributed to their tree, and killed with it (reaper.go).
+	ModeSubreaper = "subreaper"
+	ModePgroup    = "pgroup" // the process group only
 )
 
 // NewManager probes the cgroup hierarchies and creates runtimed-<pid>
-// directories where it can, using the best mode at most as good as want
+// directories where it can, using the best mode at most as good as want,
+// in the order ModeCgroup2, ModeCgroup1, ModeSubreaper, ModePgroup
 // (ModeCgroup2 for the best this host has). A host without writable
-// cgroups gives a Manager that contains by process group only (Mode says
-// so); that is not an error.
+// cgroups gives a Manager that contains trees as a subreaper, or by
+// process group only where that cannot be had (Mode says which); that is
+// not an error.
 func NewManager(want string) *Manager {
 	m := &Manager{v1: map[string]string{}, v2Ctrl: map[string]bool{}}
 	if want == ModePgroup {
+		return m
+	}
+	if want == ModeSubreaper {
+		m.reap, _ = acquireReaper()
 		return m
 	}
 	mounts, own := cgroupMounts(), ownCgroups()
@@ -108,20 +122,27 @@ func NewManager(want string) *Manager {
 			}
 		}
 	}
+	if m.v2 == "" && m.track == "" {
+		m.reap, _ = acquireReaper()
+	}
 	return m
 }
 
 // Mode names how trees are contained: ModeCgroup2 (every descendant is in
 // the process's cgroup and dies with cgroup.kill), ModeCgroup1 (a v1
 // freezer or pids cgroup joined before the command runs: frozen, killed
-// pid by pid, thawed) or ModePgroup (the process group only: descendants
-// that call setsid escape).
+// pid by pid, thawed), ModeSubreaper (orphans are adopted by this
+// process, attributed to their tree, frozen and killed with it) or
+// ModePgroup (the process group only: descendants that call setsid
+// escape).
 func (m *Manager) Mode() string {
 	switch {
 	case m.v2 != "":
 		return ModeCgroup2
 	case m.track != "":
 		return ModeCgroup1
+	case m.reap != nil:
+		return ModeSubreaper
 	}
 	return ModePgroup
 }
@@ -150,8 +171,15 @@ func (m *Manager) how(c string) string {
 	return "nothing (refused)"
 }
 
-// Close removes the per-daemon directories; groups must be released first.
+// Close removes the per-daemon directories and, for the last Manager in
+// ModeSubreaper, stops the subreaper (killing and reaping every orphan
+// left); groups must be released first. Safe to call more than once.
 func (m *Manager) Close() error {
+	m.closeOnce.Do(func() {
+		if m.reap != nil {
+			releaseReaper(m.reap)
+		}
+	})
 	var errs []error
 	if m.v2 != "" {
 		errs = append(errs, rmdirQuiet(m.v2))

@@ -13,25 +13,35 @@
 //
 //	h, err := sandbox.Probe(os.TempDir())        // once per daemon
 //	err = h.Check(policy)                         // *UnavailableError names what is missing
-//	l, err := sandbox.NewLaunch(h, sandbox.Plan{Path: exe, Argv: argv, Env: env, Policy: policy})
-//	// start l.Exe with l.Argv, l.Env, stdio plus l.Files as fds 3 and 4,
-//	// in a new mount namespace when l.NewMountNS; then:
-//	err = l.Started()                              // nil once the command was exec'd
+//	proc, err := sandbox.Start(h, sandbox.Plan{Path: exe, Argv: argv, Env: env, Policy: policy},
+//		&os.ProcAttr{Dir: dir, Files: stdio, Sys: sys}) // returns once the command was exec'd
 //
-// A Go child cannot run code between fork and exec, so the child is this
-// same executable in helper mode: an init function recognises argv[0]
-// "runtimed-sandbox-exec" (with RUNTIMED_SANDBOX_EXEC=1), reads the Plan
-// from fd 3, joins v1 cgroups, sets rlimits, makes the overlays, drops
-// capabilities, restricts itself and execs the command, which keeps the
-// helper's pid, process group, session, terminal and exit status. Any Go
-// program that imports this package (every program embedding runtimed)
+// Start enforces a plan that carries only a policy on a spawning thread:
+// a goroutine locks itself to a non-main OS thread, confines that thread
+// (mount namespace, capabilities, Landlock, seccomp are per-thread kernel
+// state), takes a uid of its own (the command, set back to the daemon's
+// uid, must not be able to signal or trace it), forks the command from it
+// and exits locked, so that the Go runtime ends the thread. The command
+// inherits the confinement.
+//
+// A Go child cannot run code between fork and exec, so what must be set
+// process-wide before the exec (rlimits, v1 cgroups to join) goes through
+// a helper: this same executable, started by Start (or by NewLaunch and
+// Started) with argv[0] "runtimed-sandbox-exec" and
+// RUNTIMED_SANDBOX_EXEC=1, which an init function recognises; it reads
+// the Plan from fd 3, joins v1 cgroups, sets rlimits, makes the overlays,
+// drops capabilities, restricts itself and execs the command, which keeps
+// the helper's pid, process group, session, terminal and exit status. Any
+// Go program that imports this package (every program embedding runtimed)
 // can therefore serve as its own helper.
 //
 // # Concurrency
 //
-// Host is read-only after Probe and safe to share. A Launch belongs to the
-// goroutine that spawns the child. The helper runs single-threaded work on
-// one locked OS thread, the one that calls execve.
+// Host is read-only after Probe and safe to share. Start may be called
+// from any number of goroutines; each confined start has a thread of its
+// own, which runs nothing else and ends with the start. A Launch belongs
+// to the goroutine that spawns the child. The helper runs single-threaded
+// work on one locked OS thread, the one that calls execve.
 //
 // # Failure semantics
 //
@@ -46,7 +56,8 @@
 //
 // # Backpressure
 //
-// None: the plan is one pipe write read to EOF by the helper; Started
-// blocks the spawning goroutine until the helper has exec'd or failed
-// (one exec of this binary, a few milliseconds).
+// None: Start blocks its caller until the command has been exec'd or the
+// start failed (a few syscalls and one fork/exec on a spawning thread; one
+// more exec of this binary, several milliseconds, through the helper,
+// whose plan is one pipe write read to EOF).
 package sandbox

@@ -14,31 +14,44 @@ import (
 // This file runs only in the helper, between fork and the command's
 // execve, on the one OS thread that will call execve.
 
+// pins are the O_PATH descriptors opened by pinned. In the helper they
+// close at execve (O_CLOEXEC); on a spawning thread of the daemon they
+// are closed once the child has been started.
+type pins []int
+
+func (ps *pins) close() {
+	for _, fd := range *ps {
+		unix.Close(fd)
+	}
+	*ps = nil
+}
+
 // pinned opens path without following any symlink and checks that it is
-// the file the daemon resolved; the returned /proc/self/fd path names
-// exactly that file for mount(2) and Landlock (the fd stays open until
-// execve closes it).
-func pinned(path string, want fileID) (string, error) {
+// the file the daemon resolved; the returned descriptor and its
+// /proc/self/fd path name exactly that file for mount(2) and Landlock.
+func (ps *pins) pinned(path string, want fileID) (int, string, error) {
 	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
 	if err != nil {
-		return "", fmt.Errorf("%s changed during the start: %w", path, err)
+		return -1, "", fmt.Errorf("%s changed during the start: %w", path, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return "", fmt.Errorf("stat %s: %w", path, err)
+		return -1, "", fmt.Errorf("stat %s: %w", path, err)
 	}
 	if (fileID{Dev: uint64(st.Dev), Ino: st.Ino}) != want {
 		unix.Close(fd)
-		return "", fmt.Errorf("%s changed during the start (another file is there now): %w", path, unix.ESTALE)
+		return -1, "", fmt.Errorf("%s changed during the start (another file is there now): %w", path, unix.ESTALE)
 	}
-	return fmt.Sprintf("/proc/self/fd/%d", fd), nil
+	*ps = append(*ps, fd)
+	return fd, fmt.Sprintf("/proc/self/fd/%d", fd), nil
 }
 
 // applyOverlays makes the mount-level changes in the child's private mount
-// namespace (created by the parent with CLONE_NEWNS). Nothing propagates
-// back to the host: the whole tree is made private first.
-func applyOverlays(l layers, scratch string) error {
+// namespace (created by the parent with CLONE_NEWNS for the helper, by
+// unshare on the spawning thread). Nothing propagates back to the host:
+// the whole tree is made private first.
+func applyOverlays(l layers, scratch string, ps *pins) error {
 	if len(l.Overlays) == 0 {
 		return nil
 	}
@@ -69,7 +82,7 @@ func applyOverlays(l layers, scratch string) error {
 		break
 	}
 	for _, o := range l.Overlays {
-		target, err := pinned(o.Path, o.ID)
+		_, target, err := ps.pinned(o.Path, o.ID)
 		if err != nil {
 			return err
 		}
@@ -106,7 +119,7 @@ func dropCapabilities() error {
 	}
 	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 	last := unix.CAP_LAST_CAP
-	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil { // read before Landlock applies
 		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
 			last = n
 		}
@@ -133,15 +146,26 @@ func dropCapabilities() error {
 	return nil
 }
 
-// presets index go-landlock's configurations by ABI version.
+// presets index go-landlock's configurations by ABI version (only their
+// exported masks are used).
 var presets = []landlock.Config{landlock.V1, landlock.V1, landlock.V2, landlock.V3, landlock.V4, landlock.V5,
 	landlock.V6, landlock.V7, landlock.V8, landlock.V9, landlock.V10, landlock.V11}
 
-// applyLandlock restricts this thread (and all it execs) to the grants,
-// handling every right the kernel's ABI knows, cutting TCP unless the
-// policy allows the network, and scoping signals and abstract sockets to
-// the sandbox's own domain.
-func applyLandlock(p *Policy, l layers) error {
+// Access masks of the four kinds of grant (go-landlock's RODirs, RWDirs,
+// ROFiles and RWFiles), intersected with what the ruleset handles.
+const (
+	llFile      = ll.AccessFSExecute | ll.AccessFSWriteFile | ll.AccessFSTruncate | ll.AccessFSReadFile
+	llRead      = ll.AccessFSExecute | ll.AccessFSReadFile | ll.AccessFSReadDir
+	llWrite     = ll.AccessFSWriteFile | ll.AccessFSRemoveDir | ll.AccessFSRemoveFile | ll.AccessFSMakeChar | ll.AccessFSMakeDir | ll.AccessFSMakeReg | ll.AccessFSMakeSock | ll.AccessFSMakeFifo | ll.AccessFSMakeBlock | ll.AccessFSMakeSym | ll.AccessFSTruncate
+	llReadWrite = llRead | llWrite
+)
+
+// applyLandlock restricts the calling thread (and all it forks and
+// execs, never the process's other threads) to the grants, handling every
+// right the kernel's ABI knows, cutting TCP unless the policy allows the
+// network, and scoping signals and abstract sockets to the sandbox's own
+// domain. no_new_privs must be set on the thread (dropCapabilities does).
+func applyLandlock(p *Policy, l layers, ps *pins) error {
 	abi, err := ll.LandlockGetABIVersion()
 	if err != nil {
 		return fmt.Errorf("landlock ABI: %w", err)
@@ -153,37 +177,54 @@ func applyLandlock(p *Policy, l layers) error {
 		abi = len(presets) - 1
 	}
 	cfg := presets[abi]
+	attr := ll.RulesetAttr{HandledAccessFS: uint64(cfg.HandledAccessFS), HandledAccessNet: uint64(cfg.HandledAccessNet), Scoped: uint64(cfg.Scoped)}
 	if !p.RestrictFS {
-		cfg.HandledAccessFS = 0
+		attr.HandledAccessFS = 0
 	}
 	if p.Network {
-		cfg.HandledAccessNet = 0
+		attr.HandledAccessNet = 0
 	}
-	var rules []landlock.Rule
+	if attr.HandledAccessFS == 0 && attr.HandledAccessNet == 0 && attr.Scoped == 0 {
+		return nil
+	}
+	rs, err := ll.LandlockCreateRuleset(&attr, 0)
+	if err != nil {
+		return fmt.Errorf("landlock_create_ruleset: %w", err)
+	}
+	defer unix.Close(rs)
 	if p.RestrictFS {
 		for _, g := range l.Grants {
-			p, err := pinned(g.Path, g.ID)
+			fd, _, err := ps.pinned(g.Path, g.ID)
 			if err != nil {
 				return err
 			}
-			var r landlock.FSRule
+			var access uint64
 			switch {
 			case g.Write && g.Dir:
-				r = landlock.RWDirs(p).WithRefer()
+				access = llReadWrite | ll.AccessFSRefer
 			case g.Write:
-				r = landlock.RWFiles(p)
+				access = llReadWrite & llFile
 			case g.Dir:
-				r = landlock.RODirs(p)
+				access = llRead
 			default:
-				r = landlock.ROFiles(p)
+				access = llRead & llFile
 			}
 			if isDevPath(g.Path) {
-				r = r.WithIoctlDev()
+				access |= ll.AccessFSIoctlDev
 			}
-			rules = append(rules, r)
+			access &= attr.HandledAccessFS
+			if access == 0 {
+				continue
+			}
+			if err := ll.LandlockAddPathBeneathRule(rs, &ll.PathBeneathAttr{ParentFd: fd, AllowedAccess: access}, 0); err != nil {
+				return fmt.Errorf("landlock_add_rule %s: %w", g.Path, err)
+			}
 		}
 	}
-	return cfg.Restrict(rules...)
+	if err := ll.LandlockRestrictSelf(rs, 0); err != nil {
+		return fmt.Errorf("landlock_restrict_self: %w", err)
+	}
+	return nil
 }
 
 func isDevPath(p string) bool {

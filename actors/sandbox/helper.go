@@ -100,6 +100,36 @@ func init() {
 	os.Exit(HelperExitCode)
 }
 
+// enforce confines the calling thread (and what it forks and execs) to
+// policy p planned as l: the mounts (in a private mount namespace the
+// caller already entered), capabilities, Landlock, seccomp; then it checks
+// that dir, the command's working directory, is readable under it. On
+// failure it names the stage. Shared by the helper and the spawning thread.
+func enforce(p *Policy, l layers, scratch, dir string, ps *pins) (string, error) {
+	if err := applyOverlays(l, scratch, ps); err != nil {
+		return "mounts", err
+	}
+	if err := dropCapabilities(); err != nil {
+		return "capabilities", err
+	}
+	if err := applyLandlock(p, l, ps); err != nil {
+		return "landlock", err
+	}
+	if !p.Network {
+		if err := installNetworkFilter(); err != nil {
+			return "seccomp", err
+		}
+	}
+	// A working directory the policy does not let the command read is
+	// a failed start, not a command that fails mysteriously later.
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "cwd", err
+	}
+	unix.Close(fd)
+	return "", nil
+}
+
 // helperMain applies the plan and execs; it returns only on failure.
 func helperMain() helperStatus {
 	fail := func(stage string, err error) helperStatus {
@@ -130,26 +160,9 @@ func helperMain() helperStatus {
 		}
 	}
 	if p.Policy != nil {
-		if err := applyOverlays(p.Layers, p.Scratch); err != nil {
-			return fail("mounts", err)
-		}
-		if err := dropCapabilities(); err != nil {
-			return fail("capabilities", err)
-		}
-		if err := applyLandlock(p.Policy, p.Layers); err != nil {
-			return fail("landlock", err)
-		}
-		if !p.Policy.Network {
-			if err := installNetworkFilter(); err != nil {
-				return fail("seccomp", err)
-			}
-		}
-		// A working directory the policy does not let the command read is
-		// a failed start, not a command that fails mysteriously later.
-		if fd, err := unix.Open(".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-			return fail("cwd", err)
-		} else {
-			unix.Close(fd)
+		var ps pins // closed by execve
+		if stage, err := enforce(p.Policy, p.Layers, p.Scratch, ".", &ps); err != nil {
+			return fail(stage, err)
 		}
 	}
 	err = unix.Exec(p.Path, p.Argv, p.Env)

@@ -23,6 +23,9 @@ const MinLandlockABI = 6
 type Host struct {
 	// LandlockABI is the kernel's Landlock ABI version (0: none).
 	LandlockABI int
+	// LandlockErrata is the kernel's bit set of fixed Landlock errata
+	// (bit N-1 for erratum N).
+	LandlockErrata int
 	// Seccomp reports whether seccomp filters can be installed.
 	Seccomp bool
 	// MountNS reports whether a child can get a private mount namespace
@@ -36,6 +39,13 @@ type Host struct {
 	// directory that hide denied paths (nothing is ever written in it on
 	// the host).
 	Scratch string
+	// HelperOnly sends every confined start through the helper, also
+	// those Start would enforce on a spawning thread (tests and
+	// benchmarks compare the two ways).
+	HelperOnly bool
+
+	// spawner reports that a thread can take spawnerUID (see start.go).
+	spawner bool
 }
 
 // UnavailableError is a policy this host cannot enforce. The message names
@@ -61,11 +71,15 @@ func Probe(scratch string) (*Host, error) {
 	h := &Host{}
 	if v, err := ll.LandlockGetABIVersion(); err == nil {
 		h.LandlockABI = v
+		if e, err := ll.LandlockGetErrata(); err == nil {
+			h.LandlockErrata = e
+		}
 	}
 	if _, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0); err == nil {
 		h.Seccomp = seccompFilterAvailable()
 	}
 	h.MountNS = hasCap(unix.CAP_SYS_ADMIN)
+	h.spawner = hasCap(unix.CAP_SETUID) && probeSpawner()
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: find own executable: %w", err)
@@ -77,6 +91,19 @@ func Probe(scratch string) (*Host, error) {
 	}
 	h.Scratch = dir
 	return h, nil
+}
+
+// erratumThreadSignals is Landlock erratum 2 (ABI 6): threads of one
+// process may always signal each other whatever their domains. Without
+// it, a confined spawning thread could not send the Go runtime's
+// preemption signals to the process's other threads.
+const erratumThreadSignals = 1 << (2 - 1)
+
+// confinesThreads reports whether Start may confine a spawning thread:
+// it must be able to signal its siblings under Landlock and to take a
+// uid of its own (a daemon without CAP_SETUID uses the helper).
+func (h *Host) confinesThreads() bool {
+	return h != nil && !h.HelperOnly && h.spawner && h.LandlockErrata&erratumThreadSignals != 0
 }
 
 // Close removes the scratch directory.
@@ -145,9 +172,9 @@ func (h *Host) Summary() string {
 // Enforces reports whether a sandbox of any kind can be enforced here.
 func (h *Host) Enforces() bool { return h != nil && h.LandlockABI >= MinLandlockABI && h.Seccomp }
 
-// hasCap reads the effective capability set of this process.
+// hasCap reads the effective capability set of the calling thread.
 func hasCap(c int) bool {
-	f, err := os.Open("/proc/self/status")
+	f, err := os.Open("/proc/thread-self/status") // this thread's: a spawning thread drops its own
 	if err != nil {
 		return false
 	}

@@ -9,9 +9,9 @@ import (
 	"testing"
 )
 
-// startHelper runs plan through the helper of this test binary with no
+// runHelper runs plan through the helper of this test binary with no
 // policy host (plans without a policy need none).
-func startHelper(t *testing.T, plan Plan) (*os.ProcessState, error) {
+func runHelper(t *testing.T, plan Plan) (*os.ProcessState, error) {
 	t.Helper()
 	l, err := NewLaunch(nil, plan)
 	if err != nil {
@@ -37,7 +37,7 @@ func TestHelperReportsEachStage(t *testing.T) {
 	// A stage that fails before exec is reported with its name, and the
 	// helper exits HelperExitCode (never running the command).
 	marker := filepath.Join(t.TempDir(), "ran")
-	st, err := startHelper(t, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", "touch " + marker},
+	st, err := runHelper(t, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", "touch " + marker},
 		JoinCgroups: []string{"/nonexistent/cgroup.procs"}})
 	var ee *ExecError
 	if !errors.As(err, &ee) || ee.Stage != "cgroup" || st.ExitCode() != HelperExitCode {
@@ -47,12 +47,12 @@ func TestHelperReportsEachStage(t *testing.T) {
 		t.Fatal("the command ran although the helper failed")
 	}
 	// The command's own execve failure keeps its errno.
-	_, err = startHelper(t, Plan{Path: "/nonexistent/prog", Argv: []string{"prog"}})
+	_, err = runHelper(t, Plan{Path: "/nonexistent/prog", Argv: []string{"prog"}})
 	if !errors.As(err, &ee) || ee.Stage != "exec" || !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("exec stage: %v", err)
 	}
 	// Success: EOF on the status pipe, the command's exit code.
-	st, err = startHelper(t, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", "touch " + marker + "; exit 7"}})
+	st, err = runHelper(t, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", "touch " + marker + "; exit 7"}})
 	if err != nil || st.ExitCode() != 7 {
 		t.Fatalf("success: %v exit %d", err, st.ExitCode())
 	}

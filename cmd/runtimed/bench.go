@@ -28,7 +28,11 @@ const benchUsage = `usage: runtimed bench (--connect URL | --spawn 'CMD' [--stdi
 
 Measures a runtimed (or any compatible exec-server) and prints, per figure,
 the median with min and max over --runs:
-  a  spawn /bin/true through to process/closed, sequential: p50 and p99
+  a  spawn /bin/true through to process/closed, sequential: p50 and p99,
+     interleaved with a bare fork/exec of /bin/true by this client (the
+     floor; meaningful when the server runs on this machine) and with a
+     sandboxed start (--sandbox, or workspace-write when none), and the
+     ratios to the floor
   b  streaming throughput of head -c N /dev/zero, MB/s of decoded bytes
      (plus the server's CPU seconds per GB when its pid is known)
   c  100 concurrent processes each printing 1 MiB: wall time
@@ -90,9 +94,13 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&so.largeBytes, "large-bytes", 60_000_000, "soak: size of each large request")
 	fs.DurationVar(&so.largeSettle, "large-settle", 5*time.Second, "soak: wait after the large answers before measuring RSS")
 	fs.DurationVar(&so.fdSettle, "fd-settle", 10*time.Second, "soak: wait after terminating the greedy processes before counting fds")
+	noSandboxedSpawn := fs.Bool("no-sandboxed-spawn", false, "leave the sandboxed series out of figure a")
 	sandbox := fs.String("sandbox", "none", "start every process under this sandbox: none, read-only or workspace-write (cwd / as the root); figures are labelled")
 	tokenFile := fs.String("token-file", "", "with --connect: file holding the server's bearer token (or set RUNTIMED_AUTH_TOKEN)")
 	caFile := fs.String("ca", "", "with --connect wss://: PEM certificate(s) to trust (default: the system roots)")
+	vs := fs.String("vs", "", "with --spawn: also start this server (the reference exec-server) and time figure d on both, interleaved, with ratios")
+	echo := fs.Bool("echo", false, "with --spawn: also time figure d on a bare Go websocket JSON-RPC echo server (this binary), interleaved, with ratios")
+	serveEchoMode := fs.Bool("serve-echo", false, "serve the bare echo server used by --echo (prints its URL)")
 	if code, done := parseArgs(fs, args); done {
 		return code
 	}
@@ -104,6 +112,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stopProfile()
 	}
+	if *serveEchoMode {
+		return serveEcho(stdout, stderr)
+	}
 	if (*connect == "") == (*spawn == "") {
 		fmt.Fprintln(stderr, "runtimed bench: give exactly one of --connect URL or --spawn 'CMD'")
 		return 2
@@ -111,6 +122,13 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 
+	if *vs != "" || *echo {
+		if *spawn == "" || *stdio {
+			fmt.Fprintln(stderr, "runtimed bench: --vs and --echo need --spawn 'CMD' (websocket)")
+			return 2
+		}
+		return compareCmd(ctx, o, *spawn, *vs, *echo, *jsonOut, stdout, stderr)
+	}
 	var dial func(ctx context.Context) (wire.Transport, error)
 	srvURL := *connect
 	if *spawn != "" {
@@ -172,7 +190,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	b := &bencher{c: c, o: o, log: stderr, progress: newProgress(stderr)}
+	b := &bencher{c: c, o: o, log: stderr, progress: newProgress(stderr), spawnSandbox: c.sandbox, spawnSandboxName: *sandbox}
+	if c.sandbox == nil && !*noSandboxedSpawn {
+		b.spawnSandbox, b.spawnSandboxName = runtime.WorkspaceWriteSandbox("/tmp"), "workspace-write"
+	}
 	results, err := b.run(ctx)
 	b.progress.done()
 	if err != nil {
@@ -181,7 +202,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.sandbox != nil {
 		for i := range results {
-			results[i].Name += " (sandbox " + *sandbox + ")"
+			if !strings.HasPrefix(results[i].Name, "a ") { // figure a names its sandboxed series
+				results[i].Name += " (sandbox " + *sandbox + ")"
+			}
 		}
 	}
 	if *noDecode {
@@ -198,7 +221,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	for _, r := range results {
-		fmt.Fprintf(stdout, "%-40s %12s  (min %s, max %s) %s\n", r.Name, fmtVal(r.Median, r.Unit), fmtVal(r.Min, r.Unit), fmtVal(r.Max, r.Unit), r.Unit)
+		fmt.Fprintf(stdout, "%-52s %12s  (min %s, max %s) %s\n", r.Name, fmtVal(r.Median, r.Unit), fmtVal(r.Min, r.Unit), fmtVal(r.Max, r.Unit), r.Unit)
 	}
 	return 0
 }
@@ -209,6 +232,8 @@ func fmtVal(v float64, unit string) string {
 		return strconv.FormatFloat(v, 'f', 3, 64)
 	case "us":
 		return strconv.FormatFloat(v, 'f', 1, 64)
+	case "x":
+		return strconv.FormatFloat(v, 'f', 2, 64)
 	default:
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
@@ -245,11 +270,15 @@ func percentile(d []time.Duration, p float64) time.Duration {
 }
 
 type bencher struct {
-	c        *benchClient
-	o        benchOpts
-	log      io.Writer
-	seq      atomic.Int64
-	progress *progress // nil unless stderr is a terminal
+	c *benchClient
+	// spawnSandbox is the sandbox of figure a's sandboxed series (nil:
+	// none), named spawnSandboxName.
+	spawnSandbox     any
+	spawnSandboxName string
+	o                benchOpts
+	log              io.Writer
+	seq              atomic.Int64
+	progress         *progress // nil unless stderr is a terminal
 }
 
 func (b *bencher) id(prefix string) string { return prefix + "-" + strconv.FormatInt(b.seq.Add(1), 10) }
@@ -258,17 +287,39 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 	var out []benchResult
 	want := func(f string) bool { return strings.Contains(b.o.only, f) }
 	if want("a") {
-		var p50, p99 []float64
+		var series [3][2][]float64 // bare, contained, sandboxed x p50, p99
+		var ratio [2][]float64     // contained/bare, sandboxed/bare p50
+		sandboxed := b.spawnSandbox != nil
 		for i := 0; i < b.o.runs; i++ {
 			b.progress.step("a spawn latency", i+1, b.o.runs)
-			d, err := b.spawnLatency(ctx)
+			d, ok, err := b.spawnLatency(ctx, sandboxed)
 			if err != nil {
 				return nil, fmt.Errorf("figure a: %w", err)
 			}
-			p50 = append(p50, ms(percentile(d, 0.50)))
-			p99 = append(p99, ms(percentile(d, 0.99)))
+			sandboxed = ok
+			for k := range d {
+				if len(d[k]) == 0 {
+					continue
+				}
+				series[k][0] = append(series[k][0], ms(percentile(d[k], 0.50)))
+				series[k][1] = append(series[k][1], ms(percentile(d[k], 0.99)))
+			}
+			bare := percentile(d[0], 0.50)
+			ratio[0] = append(ratio[0], float64(percentile(d[1], 0.50))/float64(bare))
+			if len(d[2]) > 0 {
+				ratio[1] = append(ratio[1], float64(percentile(d[2], 0.50))/float64(bare))
+			}
 		}
-		out = append(out, summarize("a spawn->closed p50", "ms", p50), summarize("a spawn->closed p99", "ms", p99))
+		sbName := "sandboxed " + b.spawnSandboxName
+		out = append(out,
+			summarize("a bare fork/exec p50 (client)", "ms", series[0][0]), summarize("a bare fork/exec p99 (client)", "ms", series[0][1]),
+			summarize("a spawn->closed p50", "ms", series[1][0]), summarize("a spawn->closed p99", "ms", series[1][1]),
+			summarize("a spawn->closed p50 / bare", "x", ratio[0]))
+		if sandboxed {
+			out = append(out,
+				summarize("a spawn->closed p50, "+sbName, "ms", series[2][0]), summarize("a spawn->closed p99, "+sbName, "ms", series[2][1]),
+				summarize("a spawn->closed p50, "+sbName+" / bare", "x", ratio[1]))
+		}
 	}
 	if want("b") {
 		var rate, cpu []float64
@@ -344,20 +395,44 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-func (b *bencher) spawnLatency(ctx context.Context) ([]time.Duration, error) {
-	out := make([]time.Duration, 0, b.o.spawnN)
+// spawnLatency times spawnN spawns of /bin/true each way, interleaved so
+// that all three see the same load: a bare fork/exec by this process, a
+// process/start without a sandbox, and (when sandboxed) one with
+// b.spawnSandbox. It reports false for sandboxed when the server refused
+// the sandbox (the series is then left out).
+func (b *bencher) spawnLatency(ctx context.Context, sandboxed bool) ([3][]time.Duration, bool, error) {
+	var out [3][]time.Duration
 	for i := 0; i < b.o.spawnN; i++ {
 		start := time.Now()
-		p, err := b.c.start(ctx, b.id("a"), []string{"/bin/true"}, false)
+		p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
 		if err != nil {
-			return nil, err
+			return out, sandboxed, err
 		}
-		if err := waitClosed(ctx, p); err != nil {
-			return nil, err
+		if _, err := p.Wait(); err != nil {
+			return out, sandboxed, err
 		}
-		out = append(out, time.Since(start))
+		out[0] = append(out[0], time.Since(start))
+		for k, sb := range []any{nil, b.spawnSandbox} {
+			if k == 1 && !sandboxed {
+				break
+			}
+			start := time.Now()
+			bp, err := b.c.startWith(ctx, b.id("a"), []string{"/bin/true"}, false, sb)
+			if err != nil && k == 1 && i == 0 && len(out[2]) == 0 {
+				fmt.Fprintf(b.log, "runtimed bench: figure a: the server refused a sandboxed start (%v); leaving that series out\n", err)
+				sandboxed = false
+				break
+			}
+			if err != nil {
+				return out, sandboxed, err
+			}
+			if err := waitClosed(ctx, bp); err != nil {
+				return out, sandboxed, err
+			}
+			out[k+1] = append(out[k+1], time.Since(start))
+		}
 	}
-	return out, nil
+	return out, sandboxed, nil
 }
 
 func waitClosed(ctx context.Context, p *benchProc) error {

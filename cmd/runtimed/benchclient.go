@@ -34,6 +34,7 @@ type benchClient struct {
 	decodeBuf []byte
 	noDecode  bool // count chunk sizes without decoding (to measure a server when this client is the limit)
 	sandbox   any  // process/start.sandbox of every start (nil: none); set before the first start
+	uriPaths  bool // the server wants file: URIs (set by newBenchClient)
 	done      chan struct{}
 	err       error // set before done is closed
 }
@@ -57,13 +58,17 @@ func newBenchClient(ctx context.Context, t wire.Transport, noDecode bool) (*benc
 	c.wtok <- struct{}{}
 	go c.readLoop()
 	go c.writeLoop()
-	if _, err := c.call(ctx, "initialize", map[string]any{"clientName": "runtimed-bench"}); err != nil {
+	res, err := c.call(ctx, "initialize", map[string]any{"clientName": "runtimed-bench"})
+	if err != nil {
 		c.close()
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
+	// A server of Codex 0.169's generation (it describes its environment)
+	// takes paths as file: URIs; older ones take native paths.
+	c.uriPaths = bytes.Contains(res, []byte(`"environmentInfo"`))
 	// Written under the token, so no later request can overtake it.
 	<-c.wtok
-	err := c.t.WriteMessage(ctx, []byte(`{"method":"initialized","params":{}}`))
+	err = c.t.WriteMessage(ctx, []byte(`{"method":"initialized","params":{}}`))
 	if err == nil {
 		err = c.t.Flush()
 	}
@@ -267,16 +272,21 @@ func (c *benchClient) doneErr() error {
 
 // start registers a process and starts it; wait on the returned proc's closed.
 func (c *benchClient) start(ctx context.Context, id string, argv []string, tty bool) (*benchProc, error) {
+	return c.startWith(ctx, id, argv, tty, c.sandbox)
+}
+
+// startWith is start with process/start.sandbox set to sandbox (nil: none).
+func (c *benchClient) startWith(ctx context.Context, id string, argv []string, tty bool, sandbox any) (*benchProc, error) {
 	p := &benchProc{closed: make(chan struct{})}
 	c.mu.Lock()
 	c.procs[id] = p
 	c.mu.Unlock()
 	params := map[string]any{
-		"processId": id, "argv": argv, "cwd": "/", "tty": tty,
+		"processId": id, "argv": argv, "cwd": c.path("/"), "tty": tty,
 		"env": map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin"},
 	}
-	if c.sandbox != nil {
-		params["sandbox"] = c.sandbox
+	if sandbox != nil {
+		params["sandbox"] = sandbox
 	}
 	_, err := c.call(ctx, "process/start", params)
 	if err != nil {
@@ -286,4 +296,12 @@ func (c *benchClient) start(ctx context.Context, id string, argv []string, tty b
 		return nil, err
 	}
 	return p, nil
+}
+
+// path is an absolute path in the form the server wants.
+func (c *benchClient) path(p string) string {
+	if c.uriPaths {
+		return "file://" + p
+	}
+	return p
 }

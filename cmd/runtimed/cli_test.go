@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,16 +138,29 @@ func TestCLIStdioRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCLIPs: ps names what it lists, and exits 125 whenever it cannot
+// show it (unreachable, not a runtimed server, unknown session, session
+// held by another connection), 2 on a usage error.
 func TestCLIPs(t *testing.T) {
 	t.Parallel()
 	srv := wiretest.StartWS(t, bin)
-	out, _, code := runCLI(t, "", "ps", "--connect", srv.URL)
-	if code != 0 || !strings.Contains(out, "no session given") {
-		t.Errorf("ps without session: %d %q", code, out)
+	_, errOut, code := runCLI(t, "", "ps", "--connect", srv.URL)
+	if code != 2 || !strings.Contains(errOut, "--session ID is required") {
+		t.Errorf("ps without session: %d %q, want 2 and a message naming --session", code, errOut)
 	}
-	_, errOut, code := runCLI(t, "", "ps", "--connect", srv.URL, "--session", "nope")
-	if code != 1 || !strings.Contains(errOut, "unknown session id nope") {
-		t.Errorf("ps unknown session: %d %q", code, errOut)
+	_, errOut, code = runCLI(t, "", "ps", "--connect", srv.URL, "--session", "nope")
+	if code != 125 || !strings.Contains(errOut, "unknown session id nope") {
+		t.Errorf("ps unknown session: %d %q, want 125", code, errOut)
+	}
+	_, errOut, code = runCLI(t, "", "ps", "--connect", "ws://127.0.0.1:1", "--session", "x")
+	if code != 125 || !strings.Contains(errOut, "runtimed ps:") {
+		t.Errorf("ps, unreachable server: %d %q, want 125", code, errOut)
+	}
+	notRuntimed := httptest.NewServer(http.NotFoundHandler())
+	defer notRuntimed.Close()
+	_, errOut, code = runCLI(t, "", "ps", "--connect", "ws://"+strings.TrimPrefix(notRuntimed.URL, "http://"), "--session", "x")
+	if code != 125 || !strings.Contains(errOut, "runtimed ps:") {
+		t.Errorf("ps, not a runtimed server: %d %q, want 125", code, errOut)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -157,8 +172,13 @@ func TestCLIPs(t *testing.T) {
 	if err := c.Start(ctx, wiretest.StartParams{ProcessID: "sleeper", Argv: []string{"sleep", "1000"}, Cwd: "/"}); err != nil {
 		t.Fatal(err)
 	}
+	_, errOut, code = runCLI(t, "", "ps", "--connect", srv.URL, "--session", sid)
+	if code != 125 || !strings.Contains(errOut, "refused session "+sid) {
+		t.Errorf("ps of a session another connection holds: %d %q, want 125", code, errOut)
+	}
 	c.Close()
 	// The server may not have noticed the drop yet; ps reports -32010 then.
+	var out string
 	deadline := time.Now().Add(wait)
 	for {
 		out, errOut, code = runCLI(t, "", "ps", "--connect", srv.URL, "--session", sid)
@@ -166,8 +186,12 @@ func TestCLIPs(t *testing.T) {
 			break
 		}
 	}
-	if code != 0 || !strings.Contains(out, "sleeper") || !strings.Contains(out, "running") || !strings.Contains(out, "sleep 1000") {
-		t.Fatalf("ps of a detached session: %d %q %q", code, out, errOut)
+	header, table, _ := strings.Cut(out, "\n")
+	if code != 0 || header != "processes of session "+sid+" on "+srv.URL+" (1):" {
+		t.Fatalf("ps of a detached session: %d, header %q (stderr %q)", code, header, errOut)
+	}
+	if !strings.HasPrefix(table, "PROCESS") || !strings.Contains(table, "sleeper") || !strings.Contains(table, "running") || !strings.Contains(table, "sleep 1000") {
+		t.Fatalf("ps table: %q", table)
 	}
 }
 

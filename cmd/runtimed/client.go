@@ -407,7 +407,7 @@ exit code.`)
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
 		return startFailureCode(err)
 	}
-	pipe, err := runtime.PipeWithStderr(ctx, p, stderr)
+	pipe, err := runtime.Pipe(ctx, p, runtime.PipeOptions{Stderr: stderr})
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed stdio:", err)
 		return exitRuntimeFailed
@@ -434,12 +434,14 @@ func psCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cf clientFlags
 	cf.register(fs, true)
-	session := fs.String("session", "", "session id to resume and list (sessions are listed per session)")
+	session := fs.String("session", "", "session id to resume and list (required: processes belong to a session)")
 	setUsage(fs, stderr, "runtimed ps --connect URL --session ID [--token-file F] [--ca F]", `
-Lists the processes of a session as a table: id, pid, state, exit code (or
-the limit that ended it), terminal, next seq and command. A session is
-resumed to list it: run it against a detached session (its client gone), or
-it is refused while another connection holds the session.`)
+Lists the processes of a session: a header line naming the server and the
+session, then a table of id, pid, state, exit code, terminal, next seq and
+command. A session is resumed to list it: run it against a detached session
+(its client gone); it is refused while another connection holds the session.
+Exits 0 when it showed the list, 2 on a usage error, and 125 when it could
+not show it (cannot connect, refused, unknown session, protocol error).`)
 	if code, done := parseArgs(fs, args); done {
 		return code
 	}
@@ -448,8 +450,8 @@ it is refused while another connection holds the session.`)
 		return 2
 	}
 	if *session == "" {
-		fmt.Fprintln(stdout, "no session given: processes belong to a session; pass --session ID (the sessionId a client got from initialize) to list a detached session's processes")
-		return 0
+		fmt.Fprintln(stderr, "runtimed ps: --session ID is required: processes belong to a session; pass the sessionId a client got from initialize to list that (detached) session's processes")
+		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -457,18 +459,19 @@ it is refused while another connection holds the session.`)
 	if err != nil {
 		var re *runtime.RPCError
 		if errors.As(err, &re) {
-			fmt.Fprintf(stderr, "runtimed ps: %s\n", re.Message)
-			return 1
+			fmt.Fprintf(stderr, "runtimed ps: %s refused session %s: %s\n", cf.connect, *session, re.Message)
+			return exitRuntimeFailed
 		}
 		fmt.Fprintln(stderr, "runtimed ps:", err)
-		return 1
+		return exitRuntimeFailed
 	}
 	defer c.Close()
 	procs, err := c.List(ctx)
 	if err != nil {
-		fmt.Fprintln(stderr, "runtimed ps:", err)
-		return 1
+		fmt.Fprintln(stderr, "runtimed ps: process/list:", err)
+		return exitRuntimeFailed
 	}
+	fmt.Fprintf(stdout, "processes of session %s on %s (%d):\n", *session, cf.connect, len(procs))
 	printProcessTable(stdout, procs)
 	return 0
 }

@@ -7,6 +7,7 @@
 //	runtimed exec [--connect URL] [-t] -- CMD ARGS...                run a command, exit with its code
 //	runtimed stdio [--connect URL] -- CMD ARGS...                    bridge stdin/stdout byte for byte
 //	runtimed ps --connect URL --session ID                           list a session's processes
+//	runtimed attach --connect URL SESSION PROCESS                    re-attach to a process of a detached session
 //	runtimed fs cat|put|ls|stat [--connect URL] PATH                 files on the server (or here)
 //	runtimed bench (--connect URL | --spawn CMD [--stdio])           measure a compatible server
 //	runtimed version                                                 build information
@@ -34,9 +35,11 @@
 // Usage errors exit 2 with a message on stderr that names the flag to set
 // (a URL without a scheme, a 401 without --token-file, an unknown CA
 // without --ca, a non-loopback listen without a token or TLS); -h exits 0.
-// A command that cannot start
-// its process exits 127; exec and stdio otherwise exit with the process's
-// own code (128+N when killed by signal N). serve exits 0 after a graceful
+// exec, stdio and attach exit with the process's own code (128+N when
+// killed by signal N), as docker run does: 125 when runtimed itself fails
+// (cannot connect, refused, unknown session or process, protocol error,
+// lost connection), 126 when the command cannot be invoked, 127 when it
+// is not found. ps exits 125 when it cannot show the list. serve exits 0 after a graceful
 // shutdown on SIGINT/SIGTERM, the same on every transport and within
 // --shutdown-grace plus one second: it stops accepting, children get
 // SIGTERM then SIGKILL after the grace, and every client is sent its
@@ -47,7 +50,7 @@
 //
 // # Backpressure
 //
-// exec and stdio forward stdin with writes that wait for the server to
+// exec, stdio and attach forward stdin with writes that wait for the server to
 // accept them, so a child that does not read slows the local reader; output
 // is streamed through runtime.EventStream, which recovers from lag without
 // losing or repeating bytes.

@@ -214,6 +214,12 @@ func TestFsRootConfinesCwd(t *testing.T) {
 	for i, cwd := range []string{base, root + "/up", root + "/in/../..", "file://" + base, "/"} {
 		err := c.Start(ctx, shProc(fmt.Sprint("out", i), cwd, "pwd"))
 		wantRPCError(t, "cwd "+cwd, err, -32600, "path "+cwd+" is outside the allowed roots")
+		// The app-server dialect's process/spawn too.
+		_, rerr, err := c.Call(ctx, "process/spawn", map[string]any{"processHandle": fmt.Sprint("app", i), "command": []string{"pwd"}, "cwd": cwd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRPCError(t, "process/spawn cwd "+cwd, rerr, -32600, "path "+cwd+" is outside the allowed roots")
 	}
 	for i, cwd := range []string{root, root + "/in", "file://" + root + "/in", root + "/up/root/in"} {
 		id := fmt.Sprint("in", i)

@@ -13,6 +13,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"math/big"
@@ -302,6 +303,7 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"exec"}, []string{"usage: runtimed exec", "-connect", "-token-file", "-ca", "-sandbox", "-t"}},
 		{[]string{"stdio"}, []string{"usage: runtimed stdio", "-connect", "-token-file", "-ca"}},
 		{[]string{"ps"}, []string{"usage: runtimed ps", "-session", "-token-file", "-ca"}},
+		{[]string{"attach"}, []string{"usage: runtimed attach", "SESSION PROCESS", "-no-stdin", "-close-stdin", "-token-file", "-ca"}},
 		{[]string{"fs"}, []string{"usage: runtimed fs", "cat PATH", "-token-file", "-ca"}},
 		{[]string{"fs", "cat"}, []string{"usage: runtimed fs", "-token-file"}},
 		{[]string{"bench"}, []string{"usage: runtimed bench", "-connect", "-token-file", "-ca", "-runs"}},
@@ -362,5 +364,40 @@ func TestBenchProgressOnTerminal(t *testing.T) {
 	_, errOut, code := runCLI(t, "", args...)
 	if code != 0 || strings.Contains(errOut, "running d") {
 		t.Errorf("progress written to a pipe: %d %q", code, errOut)
+	}
+}
+
+// TestBenchSpawnSeries: figure a reports the bare fork/exec floor, the
+// contained spawn and the sandboxed spawn from one run, with their ratios
+// to the floor; a server that refuses the sandbox leaves that series out.
+func TestBenchSpawnSeries(t *testing.T) {
+	t.Parallel()
+	srv := wiretest.StartWS(t, bin)
+	out, errOut, code := runCLI(t, "", "bench", "--connect", srv.URL, "--only", "a", "--runs", "1", "--spawn-n", "3", "--json")
+	if code != 0 {
+		t.Fatalf("bench: %d %s", code, errOut)
+	}
+	var results []struct {
+		Name   string  `json:"name"`
+		Unit   string  `json:"unit"`
+		Median float64 `json:"median"`
+	}
+	if err := json.Unmarshal([]byte(out), &results); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	got := map[string]float64{}
+	for _, r := range results {
+		got[r.Name] = r.Median
+	}
+	want := []string{"a bare fork/exec p50 (client)", "a spawn->closed p50", "a spawn->closed p50 / bare"}
+	if strings.Contains(errOut, "refused a sandboxed start") {
+		t.Logf("no sandbox on this host: %s", errOut)
+	} else {
+		want = append(want, "a spawn->closed p50, sandboxed workspace-write", "a spawn->closed p50, sandboxed workspace-write / bare")
+	}
+	for _, name := range want {
+		if got[name] <= 0 {
+			t.Errorf("%q: %v (results %s)", name, got[name], out)
+		}
 	}
 }

@@ -13,6 +13,7 @@ Usage:
   runtimed exec [--connect URL] [-t] -- CMD ...   run a command (remotely, or embedded without --connect); exits with its code
   runtimed stdio [--connect URL] -- CMD ...       bridge local stdin/stdout to a command byte for byte (e.g. an MCP server)
   runtimed ps --connect URL --session ID          list a session's processes
+  runtimed attach --connect URL SESSION PROCESS   re-attach to a process of a detached session; exits with its code
   runtimed fs cat|put|ls|stat [--connect URL] PATH  read, write, list or describe files (remotely or here)
   runtimed bench (--connect URL | --spawn 'CMD') measure a runtimed or any compatible server
   runtimed version                                print the version and build information
@@ -42,6 +43,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return stdioCmd(args[1:], stdin, stdout, stderr)
 	case "ps":
 		return psCmd(args[1:], stdout, stderr)
+	case "attach":
+		return attachCmd(args[1:], stdin, stdout, stderr)
 	case "fs":
 		return fsCmd(args[1:], stdin, stdout, stderr)
 	case "bench":

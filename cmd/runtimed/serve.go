@@ -49,13 +49,13 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	supervise := fs.String("supervise", "", "keep the services described in this JSON file running (see docs or runtime.LoadServices); they show in process/list")
 	maxConns := fs.Int("max-connections", 0, "open connections allowed (0: derived from RLIMIT_NOFILE and memory; -1: unlimited)")
 	maxProcsTotal := fs.Int("max-processes-total", 0, "active processes allowed server-wide (0: derived from RLIMIT_NOFILE and memory; -1: unlimited)")
-	maxOpenFiles := fs.Int("max-open-files", 0, "descriptors connections (2 each) and processes (6 each) may hold (0: RLIMIT_NOFILE less what the server uses; -1: unlimited)")
+	maxOpenFiles := fs.Int("max-open-files", 0, "descriptors connections (1 each) and processes (6 each) may hold (0: RLIMIT_NOFILE less what the server uses; -1: unlimited)")
 	fdReserve := fs.Int("fd-reserve", 0, "part of --max-open-files kept for new connections and first starts (0: 1/16, between 32 and 1024)")
 	maxRetained := fs.Int64("max-retained-bytes", 0, "output memory all processes may hold, each its retention plus read-ahead while running (0: half of memory; -1: unlimited)")
 	maxOutbound := fs.Int64("max-outbound-bytes", 0, "outbound queue memory of all connections (0: an eighth of memory; -1: unlimited)")
 	outboundQueue := fs.Int("outbound-queue-bytes", runtime.DefaultOutboundQueueBytes, "one connection's outbound queue budget; beyond it its processes stop being read")
 	slowConsumer := fs.Duration("slow-consumer-timeout", runtime.DefaultSlowConsumerTimeout, "close a websocket connection whose outbound queue makes no progress for this long (0: never)")
-	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible) or pgroup")
+	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible, else subreaper), subreaper (the daemon adopts and kills orphaned descendants) or pgroup (process groups only)")
 	nf := registerNetFlags(fs)
 	var origins, fsRoots stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
@@ -134,8 +134,10 @@ pair. Operator's guide: docs/operations.md.`)
 	case "auto":
 	case "pgroup":
 		cfg.Containment = runtime.ContainProcessGroup
+	case "subreaper":
+		cfg.Containment = runtime.ContainSubreaper
 	default:
-		fmt.Fprintf(stderr, "runtimed serve: --containment %q: expected auto or pgroup\n", *containment)
+		fmt.Fprintf(stderr, "runtimed serve: --containment %q: expected auto, subreaper or pgroup\n", *containment)
 		return 2
 	}
 	if *defaultSandbox != "" && *defaultSandbox != "read-only" && *defaultSandbox != "workspace-write" {

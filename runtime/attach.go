@@ -1,0 +1,79 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/runtimed/runtimed/wire"
+)
+
+// Attacher is implemented by both backends: it returns a handle on a
+// process the backend already runs, whoever started it. A Client attaches
+// to the processes of its session (with ClientOptions.ResumeSessionID,
+// those of a detached session: what `runtimed attach` does).
+type Attacher interface {
+	// Attach returns a handle on process id, or ErrUnknownProcess.
+	Attach(ctx context.Context, id string) (Process, error)
+}
+
+var (
+	_ Attacher = (*Local)(nil)
+	_ Attacher = (*Client)(nil)
+)
+
+// Attach returns a handle on the process id of this Local, or
+// ErrUnknownProcess. Its Events start at seq 1 from retained history.
+// ctx is not used: the lookup does not wait.
+func (l *Local) Attach(_ context.Context, id string) (Process, error) {
+	l.mu.Lock()
+	ref := l.procs[id]
+	l.mu.Unlock()
+	if ref == nil || (!ref.Alive() && ref.Failure() == nil) {
+		return nil, ErrUnknownProcess
+	}
+	return &localProcess{ref: ref}, nil
+}
+
+// Attach returns a handle on the process id of the client's session, one
+// this client did not start (for example after resuming a detached
+// session), or ErrUnknownProcess. It reads the process's retained output
+// first (ctx bounds that read), so the handle's Events start at seq 1;
+// output retention evicted comes as an EventGap, and an exit or close
+// that happened already is known to Wait at once. A process this client
+// already has a handle on is returned as it is.
+func (c *Client) Attach(ctx context.Context, id string) (Process, error) {
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	reply, known := make(chan *rproc, 1), make(chan bool, 1)
+	select {
+	case c.mbox <- registerProcMsg{id: id, attach: true, reply: reply, known: known}:
+	case <-c.failed:
+		return nil, c.cause
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	var rp *rproc
+	select {
+	case rp = <-reply:
+	case <-c.failed:
+		return nil, c.cause
+	}
+	if rp == nil {
+		return nil, c.Err()
+	}
+	p := &remoteProcess{c: c, rp: rp, id: id}
+	if <-known {
+		return p, nil
+	}
+	// Registered first, read second: a notification the read does not
+	// cover arrives after the registration, so the two meet by seq.
+	var res wire.ReadResult
+	if err := c.call(ctx, wire.MethodProcessRead, wire.ReadParams{ProcessID: id}, &res); err != nil {
+		c.toActor(forgetProcMsg{id: id})
+		return nil, p.remoteErr(err)
+	}
+	if !c.toActor(catchUpMsg{id: id, res: res}) {
+		return nil, c.Err()
+	}
+	return p, nil
+}
