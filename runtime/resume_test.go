@@ -73,9 +73,11 @@ func (r *resumedConn) ReadMessage(ctx context.Context) ([]byte, error) {
 func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 	lines, cuts := 6_400_000, int64(5) // 50.9 MB
 	if raceEnabled {
-		// Each resume's catch-up (up to the 8 MiB retained) is decoded
+		// Each resume's catch-up (up to the 24 MiB retained) is decoded
 		// several times slower; keep the test within a minute on 2 cores.
-		lines, cuts = 2_600_000, 2 // 19.9 MB
+		// The stream is still larger than retention, and the first cut
+		// comes after 1 MiB: the child fills retention while detached.
+		lines, cuts = 3_400_000, 2 // 26.6 MB
 	}
 	want := seqStream(lines)
 	// A catch-up read hands the client up to a retention's worth of events
@@ -86,13 +88,14 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 	// catch-up.
 	defer func(old int) { liveQueueCap = old }(liveQueueCap)
 	liveQueueCap = 1 << 16
-	// Retention larger than what a dropped connection can have in flight
-	// (its outbound queue, up to 1 MiB, and the socket buffers, which TCP
-	// grows to several MiB on loopback: output handed to a connection is
-	// read, unless a client acknowledges, see PROTOCOL.md), smaller than
-	// what the child writes while detached, so only the detached rule
-	// keeps that.
-	ws := startWSServer(t, Config{RetainBytes: 8 << 20})
+	// Retention larger than twice what a dropped connection can have in
+	// flight (its outbound queue, 256 KiB, and the socket buffers, which
+	// TCP grows to several MiB on loopback when the client reads slowly,
+	// as under the race detector: 8 MiB of retention lost 4+ MiB at a cut
+	// in a full -race run; output handed to a connection is read, see
+	// PROTOCOL.md), smaller than what the child writes while detached, so
+	// only the detached rule keeps that.
+	ws := startWSServer(t, Config{RetainBytes: 24 << 20})
 	plan := &cutPlan{every: 1 << 20, cuts: cuts}
 	var dials atomic.Int64
 	opts := &ClientOptions{
