@@ -216,7 +216,7 @@ func (c *benchClient) response(msg []byte) {
 		return
 	}
 	if env.Error != nil {
-		ch <- benchReply{err: fmt.Errorf("rpc error %d: %s", env.Error.Code, env.Error.Message)}
+		ch <- benchReply{err: &benchRPCError{code: env.Error.Code, message: env.Error.Message}}
 		return
 	}
 	ch <- benchReply{result: env.Result}
@@ -305,3 +305,11 @@ func (c *benchClient) path(p string) string {
 	}
 	return p
 }
+
+// benchRPCError is an error answer.
+type benchRPCError struct {
+	code    int
+	message string
+}
+
+func (e *benchRPCError) Error() string { return fmt.Sprintf("rpc error %d: %s", e.code, e.message) }
