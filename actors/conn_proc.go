@@ -48,6 +48,14 @@ func (c *conn) read(msg wire.Message) {
 		}
 	}
 	wait := time.Duration(min(p.WaitMs, 24*3600*1000)) * time.Millisecond
+	if wait <= 0 {
+		// An idle process answers from its published view: no hop to
+		// the actor (a cross-thread wake-up, most of a small read's cost).
+		if r, ok := ref.ReadIdle(p.AfterSeq); ok {
+			c.reply(msg.ID, readResult(r), nil)
+			return
+		}
+	}
 	ch, err := ref.ReadAsync(c.ctx, p.AfterSeq, maxBytes, wait)
 	if err != nil {
 		c.reply(msg.ID, nil, c.actorError(ref, err, p.ProcessID))

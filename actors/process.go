@@ -181,6 +181,46 @@ type finalState struct {
 	exitCode int
 	limit    string
 	failure  atomic.Pointer[ProcessFailedError]
+	// view is the actor's last published readView (written only by the
+	// actor, each value immutable once stored).
+	view atomic.Pointer[readView]
+}
+
+// readView is what the process actor publishes, after each step that
+// changes it, for reads that need no hop to the actor: an idle process's
+// process/read with waitMs 0 that would return no output and acknowledge
+// nothing new (see ProcessRef.ReadIdle).
+type readView struct {
+	nextSeq   uint64 // the next seq to be assigned
+	lastChunk uint64 // seq of the newest retained chunk (0: none retained)
+	acked     uint64 // output read up to here (the unread-output rule)
+	backlog   bool   // a resume's backlog is held: a read may release it
+	exited    bool
+	closed    bool
+	exitCode  int
+}
+
+// ReadIdle answers a read (waitMs 0) after seq after from the actor's last
+// published view, without a hop to the actor, when the actor would answer
+// it with no output and the read acknowledges nothing it has not
+// acknowledged already; ok is false otherwise (ask the actor). The answer
+// is the one the actor gave at the moment it published the view (a read
+// that arrived then).
+func (r *ProcessRef) ReadIdle(after uint64) (ReadReply, bool) {
+	select {
+	case <-r.done:
+		return ReadReply{}, false // ended or forgotten: the actor's answer
+	default:
+	}
+	v := r.final.view.Load()
+	// after < v.nextSeq: the view is not older than what this client has
+	// seen (every change it can observe takes a seq, and an answer the
+	// actor gave in the step that made a change, such as a long poll woken
+	// by output, precedes the view's next publication).
+	if v == nil || after >= v.nextSeq || v.backlog || v.lastChunk > after || after > v.acked {
+		return ReadReply{}, false
+	}
+	return ReadReply{NextSeq: v.nextSeq, Exited: v.exited, ExitCode: v.exitCode, Closed: v.closed}, true
 }
 
 func (r *ProcessRef) ID() string            { return r.id }

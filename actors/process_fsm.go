@@ -461,6 +461,7 @@ func (p *process) run(stop, kill <-chan struct{}) {
 	defer p.timer.Stop()
 	for !p.settle() {
 		p.rearm()
+		p.publishReadView()
 
 		var outCh chan<- Event
 		var ev Event

@@ -292,6 +292,19 @@ func (p *process) historyAfter(after uint64) []Event {
 	return out
 }
 
+// publishReadView stores the read view (see readView) if it changed.
+func (p *process) publishReadView() {
+	v := readView{nextSeq: p.nextSeq, acked: p.acked, backlog: p.backlogFrom != 0,
+		exited: p.exited(), closed: p.closed(), exitCode: p.exitCode}
+	if p.ring.Len() > 0 {
+		v.lastChunk = p.ring.chunks[len(p.ring.chunks)-1].Seq
+	}
+	if old := p.final.view.Load(); old != nil && *old == v {
+		return
+	}
+	p.final.view.Store(&v)
+}
+
 // read answers a read at once, or queues it as a long poll when wait > 0
 // and nothing newer than after exists yet.
 func (p *process) read(m readMsg) {
