@@ -151,7 +151,9 @@ func TestProcessPanicOverTheWire(t *testing.T) {
 	dir := t.TempDir()
 	mustOK(t, c.call("process/start", map[string]any{"processId": "bad", "argv": []string{"sleep", "1000"}, "cwd": dir}))
 	mustOK(t, c.call("process/start", map[string]any{"processId": "good", "argv": []string{"sh", "-c", "echo fine"}, "cwd": dir}))
-	wantInternal(t, c.call("process/read", map[string]any{"processId": "bad"}), "process bad failed: internal error: injected process fault")
+	// A read that reaches the actor (a long poll: an idle read with waitMs 0
+	// is answered from the actor's published view and handles nothing).
+	wantInternal(t, c.call("process/read", map[string]any{"processId": "bad", "waitMs": 10}), "process bad failed: internal error: injected process fault")
 	closed := params(c.waitNote(func(m map[string]any) bool {
 		return m["method"] == "process/closed" && params(m)["processId"] == "bad"
 	}))

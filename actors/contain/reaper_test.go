@@ -41,6 +41,20 @@ func gone(t *testing.T, pid int, within time.Duration) bool {
 }
 
 // zombieChildren lists the children of this process that are zombies.
+// noZombiesWithin waits (bounded) until this process has no zombie child
+// and returns those left: a member killed with the tree may still be
+// waiting for the reaper's next sweep (SIGCHLD, or 250 ms at most).
+func noZombiesWithin(d time.Duration) []int {
+	deadline := time.Now().Add(d)
+	for {
+		z := zombieChildren()
+		if len(z) == 0 || time.Now().After(deadline) {
+			return z
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func zombieChildren() []int {
 	var out []int
 	for _, pid := range childrenOf("self") {
@@ -118,7 +132,7 @@ func TestSubreaperNeverStealsAnExitCode(t *testing.T) {
 			t.Errorf("orphan %d is still there (running or a zombie)", pid)
 		}
 	}
-	if z := zombieChildren(); len(z) > 0 {
+	if z := noZombiesWithin(5 * time.Second); len(z) > 0 {
 		t.Errorf("zombie children left: %v", z)
 	}
 }
@@ -200,7 +214,7 @@ exec sleep 1000`
 			t.Errorf("%d survived the tree's Kill", p)
 		}
 	}
-	if z := zombieChildren(); len(z) > 0 {
+	if z := noZombiesWithin(5 * time.Second); len(z) > 0 {
 		t.Errorf("zombie children left: %v", z)
 	}
 }
