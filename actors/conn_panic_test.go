@@ -14,21 +14,7 @@ import (
 // the client, its session id and a channel closed when the actor ends.
 func startRawConn(t *testing.T, sup *Supervisor, resume string) (*rawClient, string, <-chan struct{}) {
 	t.Helper()
-	client, server := memPipe()
-	done := make(chan struct{})
-	go func() {
-		_ = sup.ServeConn(context.Background(), server, ConnOptions{Resumable: true})
-		close(done)
-	}()
-	t.Cleanup(func() {
-		client.Close()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("connection actor did not end")
-		}
-	})
-	c := &rawClient{t: t, tr: client}
+	c, done := serveMem(t, sup, ConnOptions{Resumable: true})
 	p := map[string]any{"clientName": "test"}
 	if resume != "" {
 		p["resumeSessionId"] = resume

@@ -34,23 +34,31 @@ type rpcReply struct {
 	Error  *wire.Error
 }
 
-func startConn(t *testing.T, sup *Supervisor, resumable bool) *rawClient {
+// serveMem serves a connection on a fresh memPipe until the test ends
+// (the cleanup closes the client end and waits, bounded, for the actor);
+// done is closed when the actor has ended.
+func serveMem(t *testing.T, sup *Supervisor, opts ConnOptions) (c *rawClient, done <-chan struct{}) {
 	t.Helper()
 	client, server := memPipe()
-	done := make(chan struct{})
+	ended := make(chan struct{})
 	go func() {
-		_ = sup.ServeConn(context.Background(), server, ConnOptions{Resumable: resumable})
-		close(done)
+		_ = sup.ServeConn(context.Background(), server, opts)
+		close(ended)
 	}()
 	t.Cleanup(func() {
 		client.Close()
 		select {
-		case <-done:
+		case <-ended:
 		case <-time.After(10 * time.Second):
 			t.Error("connection actor did not end")
 		}
 	})
-	c := &rawClient{t: t, tr: client}
+	return &rawClient{t: t, tr: client}, ended
+}
+
+func startConn(t *testing.T, sup *Supervisor, resumable bool) *rawClient {
+	t.Helper()
+	c, _ := serveMem(t, sup, ConnOptions{Resumable: resumable})
 	c.call("initialize", map[string]any{"clientName": "test"})
 	c.send(`{"method":"initialized"}`)
 	return c

@@ -229,35 +229,13 @@ func TestSlowConsumerClosedAndDetached(t *testing.T) {
 		t.Fatal("a connection that makes no progress was not closed")
 	}
 	// The detach rules apply: the session is resumable with its process.
-	r := resumeConn(t, sup, c.session)
+	r, _, _ := startRawConn(t, sup, c.session)
 	res := r.call("process/list", nil)
 	mustOK(t, res)
 	if !strings.Contains(string(res.Result), `"processId":"p"`) {
 		t.Fatalf("resumed session lists %s", res.Result)
 	}
 	mustOK(t, r.call("process/terminate", map[string]any{"processId": "p"}))
-}
-
-func resumeConn(t *testing.T, sup *Supervisor, sessionID string) *rawClient {
-	t.Helper()
-	client, server := memPipe()
-	done := make(chan struct{})
-	go func() {
-		_ = sup.ServeConn(context.Background(), server, ConnOptions{Resumable: true})
-		close(done)
-	}()
-	t.Cleanup(func() {
-		client.Close()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("connection actor did not end")
-		}
-	})
-	c := &rawClient{t: t, tr: client}
-	mustOK(t, c.call("initialize", map[string]any{"clientName": "resume", "resumeSessionId": sessionID}))
-	c.send(`{"method":"initialized"}`)
-	return c
 }
 
 // A connection the budget refuses is told why, with id null, and ended;

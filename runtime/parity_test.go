@@ -4,52 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/zap/zaptest"
-
-	"github.com/runtimed/runtimed/wire"
 )
 
 // The parity test: every case runs against Local, a Client over a real
 // websocket and a Client over stdio pipes, and must observe the same
 // results and the same errors (compared through errors.Is on the
 // sentinels, and the code and message of an *RPCError).
-
-// parityBackends builds the three backends on cfg.
-func parityBackends(cfg Config) []backendCase {
-	return []backendCase{
-		{"local", func(t *testing.T) Backend {
-			c := cfg
-			c.Logger = zaptest.NewLogger(t)
-			l := NewLocal(c)
-			t.Cleanup(func() { _ = l.Close() })
-			return l
-		}},
-		{"websocket", func(t *testing.T) Backend { c, _ := newWSBackend(t, cfg, nil); return c }},
-		{"stdio", func(t *testing.T) Backend {
-			c := cfg
-			c.Logger = zaptest.NewLogger(t)
-			srv := NewServer(c)
-			toServerR, toServerW, _ := os.Pipe()
-			toClientR, toClientW, _ := os.Pipe()
-			served := make(chan struct{})
-			go func() {
-				_ = srv.ServeTransport(wire.NewStdioTransport(toServerR, toClientW, 0), false)
-				close(served)
-			}()
-			cl, err := NewClient(ctxT(t), wire.NewStdioTransport(toClientR, toServerW, 0), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cl.Close(); <-served; _ = srv.Close() })
-			return cl
-		}},
-	}
-}
 
 // errName names an error by the sentinel it matches, or its RPC code and
 // message: what the backends must agree on.
@@ -342,7 +305,7 @@ var parityCases = []parityCase{
 func TestParity(t *testing.T) {
 	for _, c := range parityCases {
 		t.Run(c.name, func(t *testing.T) {
-			for _, bc := range parityBackends(c.cfg) {
+			for _, bc := range backendsWith(c.cfg) {
 				t.Run(bc.name, func(t *testing.T) {
 					var o obs
 					c.run(t, ctxT(t), bc.make(t), &o)
