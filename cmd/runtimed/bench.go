@@ -49,6 +49,11 @@ descriptors and a well-behaved client's environment/status percentiles:
 idle connections, slow ones (each starts cat /dev/zero and never reads),
 greedy ones (each starts sleep 1000 until refused, then a new connection's
 first start), and connections that each send one large process/write.
+
+With --vs 'CMD' (another server, e.g. the reference exec-server) and/or
+--echo (a bare Go websocket JSON-RPC echo server, this binary) it times
+figure d on every server side by side, interleaved in each run, and prints
+the ratios of the medians (--spawn required, websocket).
 `
 
 type benchOpts struct {

@@ -12,6 +12,7 @@
 //	runtimed bench (--connect URL | --spawn CMD [--stdio])           measure a compatible server
 //	runtimed version                                                 build information
 //	runtimed bench --soak (--connect URL --pid PID | --spawn CMD)    hostile clients: RSS, fds, latency
+//	runtimed bench --spawn CMD --vs OTHER --echo                     round trips side by side, with ratios
 //
 // Without --connect, exec, stdio and fs run through an embedded runtime.
 // Client commands take --token-file and --ca; serve's TLS, metrics and
