@@ -72,8 +72,39 @@ func (c *Client) Attach(ctx context.Context, id string) (Process, error) {
 		c.toActor(forgetProcMsg{id: id})
 		return nil, p.remoteErr(err)
 	}
-	if !c.toActor(catchUpMsg{id: id, res: res}) {
+	// process/read does not carry the limit that ended a process;
+	// process/list does: the exit happened before this client registered,
+	// so no process/exited notification will bring it.
+	var limit string
+	if res.Exited {
+		limit = c.exitLimit(ctx, id)
+	}
+	if !c.toActor(catchUpMsg{id: id, res: res, limit: limit}) {
 		return nil, c.Err()
 	}
 	return p, nil
+}
+
+// exitLimit asks process/list for the resource limit that ended process
+// id ("" when none did, or when the list fails: the exit is known anyway).
+func (c *Client) exitLimit(ctx context.Context, id string) string {
+	var res wire.ListResult
+	if err := c.call(ctx, wire.MethodProcessList, struct{}{}, &res); err != nil {
+		return ""
+	}
+	for _, p := range res.Processes {
+		if p.ProcessID == id {
+			return p.Limit
+		}
+	}
+	return ""
+}
+
+// presetLimit records the limit an attach learned from process/list
+// before its catch-up read delivers the exit (emit keeps a limit it
+// already has when the exit event carries none). The client actor calls it.
+func (st *clientState) presetLimit(id, limit string) {
+	if rp := st.procs[id]; rp != nil && limit != "" && !rp.exited {
+		rp.limit = limit
+	}
 }

@@ -55,8 +55,9 @@ type subscribeRemoteMsg struct {
 	reply chan<- remoteSub
 }
 type catchUpMsg struct {
-	id  string
-	res wire.ReadResult
+	id    string
+	res   wire.ReadResult
+	limit string // Attach: the limit that ended the process (process/list), or ""
 }
 
 // holeReadFailedMsg: the read meant to fill a hole behind a full reorder
@@ -253,6 +254,7 @@ func (st *clientState) run() {
 		case subscribeRemoteMsg:
 			m.reply <- st.subscribe(m.id)
 		case catchUpMsg:
+			st.presetLimit(m.id, m.limit)
 			st.catchUp(m.id, m.res)
 		case holeReadFailedMsg:
 			st.holeLost(m.id, m.err)
