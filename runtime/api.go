@@ -21,13 +21,22 @@ type Backend interface {
 	Close() error
 }
 
-// Spec describes a process to start.
+// Spec describes a process to start. Start checks every field first, the
+// same on Local and on a Client (nothing is sent for a bad Spec): a
+// mistake is an *OptionError naming the field ("Spec.Size",
+// "Spec.Sandbox.FileSystem[2].Path") that matches ErrInvalidOption.
+// Strings must be valid UTF-8 (the protocol carries text), and those the
+// kernel takes (Argv, Arg0, Dir, Env) must not contain NUL.
 type Spec struct {
-	// ID names the process within the backend's session; empty picks a unique one.
+	// ID names the process within the backend's session; empty picks a
+	// unique one ("proc-N").
 	ID string
-	// Argv is the command; Argv[0] is looked up on Env's PATH, then /bin:/usr/bin.
+	// Argv is the command; Argv[0] is looked up on Env's PATH, then
+	// /bin:/usr/bin. Required: nil, empty or an empty Argv[0] is an error.
 	Argv []string
-	// Dir is the working directory: an absolute path (required).
+	// Dir is the working directory, required: an absolute path or a file:
+	// URI (with no host but localhost). Empty is an error, not "the
+	// current directory" (the process may run on another machine).
 	Dir string
 	// Env is the child's environment, laid over EnvPolicy's base if one is
 	// set. Without EnvPolicy, a non-nil Env is exactly the environment (an
@@ -36,18 +45,23 @@ type Spec struct {
 	// that names matching *KEY*, *SECRET* or *TOKEN* are left out: it is
 	// EnvPolicy{Inherit: "all"}, the protocol's default inheritance (set
 	// EnvPolicy.IgnoreDefaultExcludes to keep them). "The server" is this
-	// process for Local. Names must be non-empty, without '=' or NUL.
+	// process for Local. Names must be non-empty, without '=' or NUL;
+	// values without NUL.
 	Env map[string]string
 	// EnvPolicy, if set, builds a base from the server's environment first
-	// (PROTOCOL.md, process/start's envPolicy); Env is laid over it.
+	// (PROTOCOL.md, process/start's envPolicy); Env is laid over it. Nil:
+	// see Env.
 	EnvPolicy *EnvPolicy
-	// TTY runs the child on a pseudo-terminal (output stream "pty").
+	// TTY runs the child on a pseudo-terminal (output stream "pty");
+	// false runs it on pipes (streams "stdout" and "stderr").
 	TTY bool
-	// PipeStdin gives a pipe child a writable stdin (a TTY child always has one).
+	// PipeStdin gives a pipe child a writable stdin (a TTY child always
+	// has one); false: its stdin is empty and Write returns ErrStdinClosed.
 	PipeStdin bool
-	// Size is the initial terminal size; zero means 24x80.
+	// Size is the initial terminal size of a TTY child: zero means 24x80;
+	// otherwise Rows and Cols must both be positive. A pipe child ignores it.
 	Size Size
-	// Arg0, if set, is the argv[0] the child sees.
+	// Arg0, if set, is the argv[0] the child sees; empty: Argv[0].
 	Arg0 string
 	// Sandbox, if set, confines the process and every descendant (see
 	// Sandbox). Nil: the server's default sandbox, if any, applies.
@@ -55,7 +69,7 @@ type Spec struct {
 	// Limits bound the whole process tree; the zero value sets none.
 	Limits Limits
 	// Metadata, if set, attributes the process to a thread and tool call;
-	// List shows it.
+	// List shows it. Nil: none.
 	Metadata *Metadata
 }
 
@@ -69,24 +83,28 @@ func (spec Spec) envPolicy() *EnvPolicy {
 }
 
 // Metadata attributes a process to a client's thread and tool call
-// (process/start's metadata). Empty fields are not sent.
+// (process/start's metadata). Empty fields are not sent; set ones must be
+// valid UTF-8.
 type Metadata struct {
 	ThreadID   string // the client's conversation thread
 	ToolCallID string // the tool call within it that started the process
 }
 
-// Size is a terminal size.
+// Size is a terminal size. The zero Size means the default (24x80 at
+// Start); a Size with one of Rows and Cols zero is an error.
 type Size struct {
 	Rows uint16 // lines
 	Cols uint16 // columns
 }
 
 // EnvPolicy builds a child's base environment (PROTOCOL.md, process/start).
+// Globs use * and ? only and ignore case; an empty glob is an error (it
+// would match no name). Nil slices and maps leave that step out.
 type EnvPolicy struct {
-	Inherit               string            // "all" (default), "none" or "core"
+	Inherit               string            // "all" (also ""), "none" or "core"; anything else is an error
 	IgnoreDefaultExcludes bool              // keep names matching *KEY*, *SECRET*, *TOKEN*
 	Exclude               []string          // drop names matching these globs (case-insensitive)
-	Set                   map[string]string // then add these
+	Set                   map[string]string // then add these (names as in Spec.Env)
 	IncludeOnly           []string          // then, if not empty, keep only names matching these globs
 }
 
@@ -161,17 +179,6 @@ type ReadOptions struct {
 	// for the process to exit, when there is none yet (a long poll). ctx
 	// still bounds the call. Negative is an error.
 	Wait time.Duration
-}
-
-// validate names the option that is wrong; both backends call it first.
-func (o ReadOptions) validate() error {
-	switch {
-	case o.MaxBytes < 0:
-		return fmt.Errorf("%w: ReadOptions.MaxBytes is negative (%d)", ErrInvalidOption, o.MaxBytes)
-	case o.Wait < 0:
-		return fmt.Errorf("%w: ReadOptions.Wait is negative (%v)", ErrInvalidOption, o.Wait)
-	}
-	return nil
 }
 
 // ReadResult is the answer to Process.Read.
@@ -252,8 +259,9 @@ var (
 	ErrNotPTY = errors.New("runtime: process is not attached to a PTY")
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("runtime: backend closed")
-	// ErrInvalidOption: an option given to a method of this package is
-	// out of range; the error's text names the option. Nothing was sent.
+	// ErrInvalidOption: an option given to a function of this package is
+	// out of range. Errors matching it are *OptionError, which names the
+	// option and field. Nothing was started and nothing was sent.
 	ErrInvalidOption = errors.New("runtime: invalid option")
 	// ErrProcessExists: Start was given the ID of a process the session
 	// still has. Errors matching it are *RPCError (code -32600).

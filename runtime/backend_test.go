@@ -155,10 +155,10 @@ func TestBackendStartExit(t *testing.T) {
 		if st, _ := p.Wait(ctx); st.Code != 137 {
 			t.Fatalf("killed by SIGKILL: code %d; want 137", st.Code)
 		}
-		var re *RPCError
-		if _, err := b.Start(ctx, Spec{Argv: nil, Dir: "/"}); !errors.As(err, &re) || re.Message != "argv must not be empty" {
+		if _, err := b.Start(ctx, Spec{Argv: nil, Dir: "/"}); optionOf(err) != "Spec.Argv" {
 			t.Fatalf("empty argv: %v", err)
 		}
+		var re *RPCError
 		if _, err := b.Start(ctx, Spec{Argv: []string{"no-such-binary-xyz"}, Dir: "/"}); !errors.As(err, &re) || re.Code != wire.CodeInternal {
 			t.Fatalf("missing binary: %v", err)
 		}

@@ -17,11 +17,15 @@ import (
 	"github.com/runtimed/runtimed/wire"
 )
 
-// ClientOptions configure a Client. The zero value means the defaults.
+// ClientOptions configure a Client. The zero value (and a nil
+// *ClientOptions) means the defaults. Dial and NewClient check them before
+// connecting; a mistake is an *OptionError naming the field.
 type ClientOptions struct {
-	// Token is sent as "Authorization: Bearer <token>" on the websocket upgrade.
+	// Token is sent as "Authorization: Bearer <token>" on the websocket
+	// upgrade; empty sends none. Control characters are an error.
 	Token string
-	// Header adds headers to the websocket upgrade.
+	// Header adds headers to the websocket upgrade (names are HTTP tokens,
+	// values without control characters); nil adds none.
 	Header http.Header
 	// TLSConfig verifies a wss:// server; nil means the system roots (see
 	// LoadCA for a private certificate authority).
@@ -32,22 +36,24 @@ type ClientOptions struct {
 	// starting a new one: List shows its processes, Attach returns a
 	// handle on one.
 	ResumeSessionID string
-	// ConnectTimeout bounds dialing; default 10 s.
+	// ConnectTimeout bounds dialing; zero means 10 s, negative is an error.
 	ConnectTimeout time.Duration
-	// InitializeTimeout bounds the handshake; default 10 s.
+	// InitializeTimeout bounds the handshake; zero means 10 s, negative is
+	// an error.
 	InitializeTimeout time.Duration
 	// Reconnect: on a transport failure, reconnect and resume the session
 	// (within ReconnectWindow), catch every process up from its last seq
 	// and resend unanswered requests (writes keep their writeId). Only if
 	// that fails does the client latch the failure.
 	Reconnect bool
-	// ReconnectWindow bounds the reconnect attempts; default 25 s (the
-	// server's default detach TTL is 30 s).
+	// ReconnectWindow bounds the reconnect attempts; zero means 25 s (the
+	// server's default detach TTL is 30 s), negative is an error.
 	ReconnectWindow time.Duration
 	// DialTransport, if set, replaces the websocket dialer (tests use it to
 	// inject a transport they can cut).
 	DialTransport func(ctx context.Context) (wire.Transport, error)
-	// MaxMessageBytes limits inbound messages; default 64 MiB.
+	// MaxMessageBytes limits inbound messages; zero means 64 MiB, negative
+	// is an error.
 	MaxMessageBytes int
 	// Logger receives the client's logs; nil means none.
 	Logger *zap.Logger
@@ -118,6 +124,9 @@ var reorderLimit = 1 << 16
 // form is an error wrapping ErrBadURL; a server that refuses the token is
 // an error wrapping ErrUnauthorized.
 func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	var o ClientOptions
 	if opts != nil {
 		o = *opts
@@ -146,6 +155,9 @@ func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error)
 // example a StdioTransport over a child's pipes). Without
 // opts.DialTransport it cannot reconnect.
 func NewClient(ctx context.Context, t wire.Transport, opts *ClientOptions) (*Client, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	var o ClientOptions
 	if opts != nil {
 		o = *opts

@@ -29,6 +29,9 @@ func (c *Client) Start(ctx context.Context, spec Spec) (Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
 	params, err := startParams(spec)
 	if err != nil {
 		return nil, err

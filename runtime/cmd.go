@@ -116,9 +116,9 @@ func (c *Cmd) Start() error {
 	case c.started:
 		return errors.New("runtime: Cmd already started")
 	case c.Backend == nil:
-		return fmt.Errorf("%w: Cmd.Backend is nil", ErrInvalidOption)
+		return invalid("Cmd.Backend", "is nil: want Local or a Client")
 	case len(c.Args) == 0:
-		return fmt.Errorf("%w: Cmd.Args is empty", ErrInvalidOption)
+		return invalid("Cmd.Args", "is empty: Args[0] is the command")
 	}
 	ctx := c.ctx
 	if ctx == nil {
@@ -130,7 +130,7 @@ func (c *Cmd) Start() error {
 			EnvironmentInfo(ctx context.Context) (EnvironmentInfo, error)
 		})
 		if !ok {
-			return fmt.Errorf("%w: Cmd.Dir is empty and the backend does not say its working directory", ErrInvalidOption)
+			return invalid("Cmd.Dir", "is empty and the backend does not say its working directory")
 		}
 		info, err := ei.EnvironmentInfo(ctx)
 		if err != nil {

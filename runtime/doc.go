@@ -102,8 +102,20 @@
 // Errors are the same on both backends and are matched with errors.Is:
 // ErrUnknownProcess (a process the backend forgot), ErrNotPTY,
 // ErrStdinClosed, ErrProcessExists (a duplicate Spec.ID), ErrProcessFailed
-// (a *ProcessError), ErrInvalidOption (an option out of range, named in
-// the text), ErrClosed and ErrDisconnected.
+// (a *ProcessError), ErrInvalidOption (an [*OptionError] naming the option
+// and field), ErrClosed and ErrDisconnected.
+//
+// Bad input: every option is checked before anything runs or goes on the
+// wire (validate.go), so Local and a Client refuse the same mistakes with
+// the same *OptionError, e.g. "runtime: invalid Spec.Size: rows and cols
+// must both be positive, or both zero for 24x80, got 0x80": Spec (every
+// field, its Sandbox, Limits and EnvPolicy included) at Start, ReadOptions
+// at Read, PipeOptions at Pipe, WalkOptions at Walk, ClientOptions at
+// Dial and NewClient, Service and Backoff at Supervisor.Add, Config at
+// Config.Validate (NewLocal's Starts and a Server's Serve return the same
+// error). Each field's doc comment says what its zero value means. Where a
+// server checks the same field for other clients (process/start's argv,
+// cwd, env, envPolicy, sandbox), its -32602 names it in the protocol's words.
 //
 // # Failure semantics
 //

@@ -143,17 +143,21 @@ func Example_failures() {
 	fmt.Println("bad option:", errors.Is(err, runtime.ErrInvalidOption), err)
 	_, err = runtime.Dial(ctx, "127.0.0.1:4500", nil)
 	fmt.Println("bad URL:", errors.Is(err, runtime.ErrBadURL))
-	var re *runtime.RPCError
 	_, err = b.Start(ctx, runtime.Spec{Argv: []string{"true"}, Dir: "relative"})
-	fmt.Println("protocol error:", errors.As(err, &re), re.Code, re.Message)
+	var oe *runtime.OptionError
+	fmt.Println("bad spec:", errors.As(err, &oe), oe.Option)
+	var re *runtime.RPCError
+	err = p.Signal(ctx, "nope")
+	fmt.Println("protocol error:", errors.As(err, &re), re.Code)
 	_, _ = p.Terminate(ctx, 0)
 	// Output:
 	// duplicate id: true
 	// write without PipeStdin: true
 	// resize a pipe process: true
-	// bad option: true runtime: invalid option: ReadOptions.MaxBytes is negative (-1)
+	// bad option: true runtime: invalid ReadOptions.MaxBytes: must not be negative (0 means no limit), got -1
 	// bad URL: true
-	// protocol error: true -32602 cwd must be absolute: relative
+	// bad spec: true Spec.Dir
+	// protocol error: true -32602
 }
 
 // A Supervisor restarts a crashing service with backoff until its restart

@@ -49,10 +49,11 @@ type FileSystem interface {
 	Walk(ctx context.Context, path string, opts WalkOptions) (WalkResult, error)
 }
 
-// WalkOptions bound a Walk. MaxDepth 0 lists path's entries only;
-// MaxDirectories counts the directories read, path included; MaxEntries
-// the entries examined. Zero MaxDirectories or MaxEntries is an error;
-// the maxima are 64, 10 000 and 50 000.
+// WalkOptions bound a Walk. MaxDepth (0 to 64; 0 lists path's entries
+// only); MaxDirectories (1 to 10 000) counts the directories read, path
+// included; MaxEntries (1 to 50 000) the entries examined. The zero value
+// is an error: Walk checks the limits on both backends before fs/walk
+// and names the field (an *OptionError, ErrInvalidOption).
 type WalkOptions struct {
 	MaxDepth, MaxDirectories, MaxEntries int // see above
 	// FollowDirectorySymlinks lists and walks links to directories (never
@@ -165,6 +166,9 @@ func (f *fsImpl) Remove(ctx context.Context, path string, recursive, force bool)
 }
 
 func (f *fsImpl) Walk(ctx context.Context, path string, opts WalkOptions) (WalkResult, error) {
+	if err := opts.validate(); err != nil {
+		return WalkResult{}, err
+	}
 	wo, err := json.Marshal(wire.FsWalkOptions{
 		MaxDepth: uint64(max(opts.MaxDepth, 0)), MaxDirectories: uint64(max(opts.MaxDirectories, 0)),
 		MaxEntries: uint64(max(opts.MaxEntries, 0)), FollowDirectorySymlinks: opts.FollowDirectorySymlinks,

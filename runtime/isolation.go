@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"fmt"
 	"os"
 	"sync"
 
@@ -60,19 +59,4 @@ func (i *isolation) release() {
 		_ = i.Contain.Close()
 		_ = i.Host.Close()
 	})
-}
-
-// validateSandboxConfig checks the sandbox fields of a Config.
-func validateSandboxConfig(c Config) error {
-	switch c.DefaultSandbox {
-	case actors.FloorNone, actors.FloorReadOnly, actors.FloorWorkspaceWrite:
-	default:
-		return fmt.Errorf("runtime: DefaultSandbox %q: want %q, %q or empty", c.DefaultSandbox, actors.FloorReadOnly, actors.FloorWorkspaceWrite)
-	}
-	switch c.Containment {
-	case ContainAuto, ContainSubreaper, ContainProcessGroup:
-	default:
-		return fmt.Errorf("runtime: Containment %q: want %q, %q or empty", c.Containment, ContainSubreaper, ContainProcessGroup)
-	}
-	return nil
 }

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,12 +33,16 @@ type Local struct {
 	mu       sync.Mutex // guards procs and starts only; never held while calling an actor
 	procs    map[string]*actors.ProcessRef
 	starts   int
-	maxProcs int // Config.MaxProcesses: a Local is one session
+	maxProcs int   // Config.MaxProcesses: a Local is one session
+	cfgErr   error // Config.Validate's error: every Start returns it
 }
 
 // NewLocal starts an embedded runtime. cfg's zero value means the defaults;
-// AuthToken, AllowedOrigins and MaxMessageBytes do not apply.
+// AuthToken, AllowedOrigins and MaxMessageBytes do not apply. A cfg that
+// fails Config.Validate makes every Start return that error (as a Server's
+// Serve does).
 func NewLocal(cfg Config) *Local {
+	cfgErr := cfg.Validate()
 	cfg = cfg.withDefaults()
 	roots, err := fsops.NewRoots(cfg.FsRoots)
 	if err != nil {
@@ -47,7 +52,7 @@ func NewLocal(cfg Config) *Local {
 	scfg := supervisorConfig(cfg, iso)
 	scfg.Budgets = cfg.budgets(ProbeMachine())
 	scfg.FsRoots = roots // process cwds too
-	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), maxProcs: cfg.MaxProcesses}
+	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr}
 }
 
 func supervisorConfig(cfg Config, iso *isolation) actors.Config {
@@ -76,6 +81,9 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 // process runs, Start returns ctx's error and leaves nothing running.
 func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := cmp.Or(l.cfgErr, spec.validate()); err != nil {
 		return nil, err
 	}
 	if spec.ID == "" {

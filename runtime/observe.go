@@ -21,10 +21,12 @@ const (
 	MetricsPath = "/metrics"
 )
 
-// ObservabilityOptions configure [Server.ObservabilityHandler].
+// ObservabilityOptions configure [Server.ObservabilityHandler]. The zero
+// value serves metrics and health only (nothing here can be out of range).
 type ObservabilityOptions struct {
 	// Pprof serves net/http/pprof under /debug/pprof/ (CPU and heap
 	// profiles, goroutine dumps): for a listener only operators reach.
+	// False: no profiling endpoints.
 	Pprof bool
 }
 

@@ -19,9 +19,12 @@ import (
 func errName(err error) string {
 	var re *RPCError
 	var pe *ProcessError
+	var oe *OptionError
 	switch {
 	case err == nil:
 		return "nil"
+	case errors.As(err, &oe) && errors.Is(err, ErrInvalidOption):
+		return "ErrInvalidOption(" + oe.Option + ")"
 	case errors.Is(err, ErrUnknownProcess):
 		return "ErrUnknownProcess"
 	case errors.Is(err, ErrNotPTY):
@@ -113,7 +116,7 @@ var parityCases = []parityCase{
 		`read 1:stdout:"abc" [next 4 exited true code 0 closed true] nil`,
 		`read [next 4 exited true code 0 closed true] nil`,
 		`long poll waited true: read [next 1 exited false code 0 closed false] nil`,
-		"MaxBytes -1: ErrInvalidOption", "Wait -1: ErrInvalidOption"}},
+		"MaxBytes -1: ErrInvalidOption(ReadOptions.MaxBytes)", "Wait -1: ErrInvalidOption(ReadOptions.Wait)"}},
 
 	{name: "write and close stdin", run: func(t *testing.T, ctx context.Context, b Backend, o *obs) {
 		spec := sh(t, `cat; echo eof`)
@@ -297,7 +300,7 @@ var parityCases = []parityCase{
 		o.add("ended ctx %s", errName(err))
 	}, want: []string{"duplicate while running ErrProcessExists(-32600 process dup already exists)",
 		"duplicate while retained ErrProcessExists(-32600 process dup already exists)",
-		"empty argv RPCError(-32602 argv must not be empty)", "relative dir RPCError(-32602 cwd must be absolute: rel)",
+		"empty argv ErrInvalidOption(Spec.Argv)", "relative dir ErrInvalidOption(Spec.Dir)",
 		"missing program RPCError(-32603 failed to spawn /no/such/program: no such file or directory)",
 		"ended ctx context.Canceled"}},
 }

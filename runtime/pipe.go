@@ -44,7 +44,7 @@ func Pipe(ctx context.Context, p Process, opts PipeOptions) (*ProcessPipe, error
 	var w io.Writer = io.Discard
 	switch {
 	case opts.Stderr != nil && opts.Logger != nil:
-		return nil, fmt.Errorf("%w: PipeOptions.Stderr and PipeOptions.Logger are both set (pick one)", ErrInvalidOption)
+		return nil, invalid("PipeOptions.Logger", "Stderr is set too: pick one")
 	case opts.Stderr != nil:
 		w = opts.Stderr
 	case opts.Logger != nil:

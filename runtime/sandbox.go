@@ -12,16 +12,17 @@ import (
 // enforce what is asked refuses the start (-32602); it never runs the
 // process unconfined. The same value works on Local and Client.
 type Sandbox struct {
-	// FileSystem lists what the process may reach; nil leaves the file
-	// system unrestricted. A more specific rule wins over a broader one.
+	// FileSystem lists what the process may reach. A more specific rule
+	// wins over a broader one. Rules without RestrictFS are an error.
 	FileSystem []FSRule
 	// RestrictFS must be true for FileSystem to apply (so that an empty
-	// list can mean "nothing at all").
+	// list can mean "nothing at all"); false leaves the file system
+	// unrestricted.
 	RestrictFS bool
 	// Network allows TCP/UDP; false cuts every address, loopback included.
 	Network bool
-	// WorkspaceRoots are the project roots (FSProjectRoots); empty means
-	// the process's Dir.
+	// WorkspaceRoots are the project roots (FSProjectRoots): absolute
+	// paths or file: URIs; empty means the process's Dir.
 	WorkspaceRoots []string
 }
 
@@ -45,14 +46,14 @@ const (
 
 // FSRule is one file-system entry: exactly one of Special (with an
 // optional relative Subpath), Path (absolute or file: URI) or Glob (deny
-// only) is set.
+// only) is set, and Access is; anything else is an error at Start.
 type FSRule struct {
-	Special     string   // one of the FS* special paths (FSRoot, FSTmpdir...)
-	Subpath     string   // with Special: a relative path under it
+	Special     string   // one of FSRoot, FSProjectRoots, FSSlashTmp, FSTmpdir
+	Subpath     string   // with Special only: a relative path under it, without ".."; "" is the special path itself
 	Path        string   // an absolute path or file: URI
-	Glob        string   // a glob of paths to deny
-	Access      FSAccess // what the rule grants
-	SkipMissing bool     // a missing path is ignored instead of refusing the start
+	Glob        string   // a glob of paths to deny (path.Match syntax per segment, "**" any depth); relative: under each project root
+	Access      FSAccess // what the rule grants: FSRead, FSWrite or FSDeny (required)
+	SkipMissing bool     // a missing path is ignored; false refuses the start
 }
 
 // ReadOnlySandbox reads everything, writes nothing (but /dev/null and
@@ -108,13 +109,14 @@ func (s *Sandbox) wire() *wire.Sandbox {
 // the whole tree by a cgroup where the host has one (a pids limit is
 // refused where none can be had); CPU seconds, open files and file size
 // by rlimits of each process. A process ended by a limit reports it in
-// ExitStatus.Limit.
+// ExitStatus.Limit. A field above math.MaxInt64 (what the kernel's
+// interfaces take) is an error at Start.
 type Limits struct {
-	MemoryBytes   uint64 // memory of the whole tree (cgroup)
-	Pids          uint64 // processes in the tree (cgroup)
-	CPUSeconds    uint64 // CPU time of each process (RLIMIT_CPU)
-	OpenFiles     uint64 // open files of each process (RLIMIT_NOFILE)
-	FileSizeBytes uint64 // largest file each process may write (RLIMIT_FSIZE)
+	MemoryBytes   uint64 // memory of the whole tree (cgroup); 0: no limit
+	Pids          uint64 // processes in the tree (cgroup); 0: no limit
+	CPUSeconds    uint64 // CPU time of each process (RLIMIT_CPU); 0: no limit
+	OpenFiles     uint64 // open files of each process (RLIMIT_NOFILE); 0: the server's own limit
+	FileSizeBytes uint64 // largest file each process may write (RLIMIT_FSIZE); 0: no limit
 }
 
 // Limit names reported in ExitStatus.Limit.

@@ -32,7 +32,9 @@ const (
 	drainAfterTerminate = 100 * time.Millisecond
 )
 
-// Config configures a Server. The zero value means the documented defaults.
+// Config configures a Server (and a Local). The zero value means the
+// documented defaults; a negative value is an error where the field does
+// not say what it means (Validate names the field).
 type Config struct {
 	// Logger receives structured logs; nil means no logging. Never stdout.
 	Logger *zap.Logger
@@ -40,20 +42,24 @@ type Config struct {
 	// survives for a resume. Zero means DefaultDetachTTL; negative means
 	// none (terminate at once).
 	DetachTTL time.Duration
-	// RetainBytes and RetainChunks bound retained output per process.
+	// RetainBytes and RetainChunks bound retained output per process;
+	// zero means DefaultRetainBytes and DefaultRetainChunks.
 	RetainBytes  int
 	RetainChunks int // see RetainBytes
 	// ClosedRetention: how long a closed process stays readable. Zero means
 	// the default; negative means it is forgotten at once.
 	ClosedRetention time.Duration
-	// ShutdownGrace: SIGTERM-to-SIGKILL grace on Shutdown.
+	// ShutdownGrace: SIGTERM-to-SIGKILL grace on Shutdown; zero means
+	// DefaultShutdownGrace.
 	ShutdownGrace time.Duration
 	// MaxProcesses bounds the active (not yet closed) processes of one
 	// session (of a Local: all of its processes), and the app-server
 	// processes of one connection. A start beyond it is refused with
 	// -32011 "limit reached: processes per session = N (--max-processes): ...".
+	// Zero means DefaultMaxProcesses.
 	MaxProcesses int
-	// MaxMessageBytes limits inbound messages on both transports.
+	// MaxMessageBytes limits inbound messages on both transports; zero
+	// means DefaultMaxMessageBytes.
 	MaxMessageBytes int
 
 	// Server-wide budgets. Zero means the default derived from the machine
@@ -77,7 +83,7 @@ type Config struct {
 	// only new connections and sessions with fewer than 2 active processes
 	// may use, so a greedy session is refused while they still work.
 	MaxOpenFiles int
-	FDReserve    int // see MaxOpenFiles
+	FDReserve    int // see MaxOpenFiles; below a positive MaxOpenFiles
 	// MaxRetainedBytes bounds the output processes may hold: each charges
 	// RetainBytes plus its read-ahead (18 reads of up to 256 KiB) while it
 	// runs, RetainBytes once closed until its retention ends (default: half
@@ -93,13 +99,14 @@ type Config struct {
 	// rules then apply to its session.
 	SlowConsumerTimeout time.Duration
 	// AuthToken, if set, is required as "Authorization: Bearer <token>" on
-	// every websocket upgrade.
+	// every websocket upgrade (no control characters); empty: none is.
 	AuthToken string
-	// AllowedOrigins lists Origin header values that may connect. Any other
-	// request carrying an Origin header is refused with 403.
+	// AllowedOrigins lists Origin header values that may connect (none
+	// empty). Any other request carrying an Origin header is refused with
+	// 403; nil: every request with an Origin is.
 	AllowedOrigins []string
-	// FsRoots confines every fs/* method to these directories (after
-	// resolving symlinks). Empty means the whole filesystem.
+	// FsRoots confines every fs/* method and process cwd to these existing
+	// directories (after resolving symlinks). Empty means the whole filesystem.
 	FsRoots []string
 	// DefaultSandbox ("read-only" or "workspace-write", with the start's
 	// cwd as the project root) confines starts that carry no sandbox.
@@ -114,13 +121,14 @@ type Config struct {
 	Containment string
 	// Services are kept running by the server (StartServices; runtimed
 	// serve --supervise FILE) and shown by process/list of every session.
+	// Each is checked as Supervisor.Add checks it; names are unique.
 	Services []Service
 	// DisableHTTPRequests refuses http/request (-32602, saying so); by
 	// default clients may make HTTP requests from the server's network.
 	DisableHTTPRequests bool
 	// MaxHTTPBodyBytes caps a buffered http/request response body (a
 	// larger one is an error; streamed bodies are not capped). Zero means
-	// DefaultMaxHTTPBodyBytes.
+	// DefaultMaxHTTPBodyBytes, negative is an error.
 	MaxHTTPBodyBytes int64
 	// Metrics collects Prometheus metrics in a registry of this server's
 	// own, served by ObservabilityHandler (see docs/operations.md).
@@ -128,13 +136,12 @@ type Config struct {
 }
 
 // Validate reports configuration errors that NewServer would otherwise
-// turn into failing Serve calls (for example an fs root that does not exist).
-func (c Config) Validate() error {
-	if _, err := fsops.NewRoots(c.FsRoots); err != nil {
-		return err
-	}
-	return validateSandboxConfig(c)
-}
+// turn into failing Serve calls (and NewLocal into failing Starts): a
+// negative value where only zero (the default) or more means something,
+// an fs root that does not exist, an unknown DefaultSandbox or
+// Containment, a bad Service. The error is an *OptionError naming the
+// field ("Config.FsRoots", "Config.Services[1].Backoff.Jitter").
+func (c Config) Validate() error { return c.validate() }
 
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
@@ -201,16 +208,14 @@ type Server struct {
 
 // NewServer returns a server with its supervisor running.
 func NewServer(cfg Config) *Server {
+	err := cfg.Validate()
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancelCause(context.Background())
 	iso := newIsolation(cfg)
 	scfg := supervisorConfig(cfg, iso)
 	scfg.Budgets = cfg.budgets(ProbeMachine())
-	roots, err := fsops.NewRoots(cfg.FsRoots)
-	if err == nil {
-		err = validateSandboxConfig(cfg)
-	}
-	if err != nil {
+	roots, rerr := fsops.NewRoots(cfg.FsRoots)
+	if rerr != nil {
 		// Serve refuses to run; until then confine to nothing reachable.
 		roots, _ = fsops.NewRoots([]string{os.TempDir()})
 	}

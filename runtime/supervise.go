@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,31 +30,39 @@ const (
 // Backoff spaces restarts: the first waits Initial, each next one twice
 // the previous, at most Max, each randomised by ±Jitter (a fraction).
 // A service that ran for ResetAfter or longer starts over at Initial.
+// Zero fields take the defaults; negative durations, a Jitter outside
+// [0, 1) and a Max below Initial (defaults included) are errors.
 type Backoff struct {
-	Initial    time.Duration // default 100 ms
-	Max        time.Duration // default 30 s
-	Jitter     float64       // default 0.2; 0 < Jitter < 1
-	ResetAfter time.Duration // default 10 s
+	Initial    time.Duration // 0: 100 ms
+	Max        time.Duration // 0: 30 s
+	Jitter     float64       // 0: 0.2 (there is no jitter-free backoff); at most just under 1
+	ResetAfter time.Duration // 0: 10 s
 }
 
-// Service is one process a Supervisor keeps running.
+// Service is one process a Supervisor keeps running. Supervisor.Add and
+// Config.Validate check it: a mistake is an *OptionError naming the field
+// ("Service.Backoff.Jitter") and the service.
 type Service struct {
 	// Name identifies the service; its processes are named NAME#N.
+	// Required, without '#', '/' or spaces, unique within a Supervisor.
 	Name string
-	// Spec is the process to run (its ID is ignored).
+	// Spec is the process to run (its ID is ignored), checked as Start
+	// checks it.
 	Spec Spec
-	// Restart is the restart policy (default RestartOnFailure).
+	// Restart is the restart policy: RestartNever, RestartOnFailure (also
+	// "") or RestartAlways.
 	Restart RestartPolicy
 	// Backoff is the delay before each restart (see Backoff's defaults).
 	Backoff Backoff
 	// MaxRestarts within Window (systemd's StartLimitBurst within
 	// StartLimitIntervalSec, suture's failure threshold): one more restart
-	// than that and the service gives up (ServiceFailed). Defaults 5 in 60 s;
-	// a negative MaxRestarts means no limit.
+	// than that and the service gives up (ServiceFailed). Zero means 5 (a
+	// negative MaxRestarts means no limit); a zero Window 60 s (negative
+	// is an error).
 	MaxRestarts int
 	Window      time.Duration // see MaxRestarts
 	// StopGrace is the SIGTERM-to-SIGKILL grace when the supervisor stops
-	// it (default 5 s).
+	// it; zero means 5 s, negative is an error.
 	StopGrace time.Duration
 }
 
@@ -99,11 +108,12 @@ type realClock struct{}
 func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// SupervisorOptions configure a Supervisor; nil means the defaults.
+// SupervisorOptions configure a Supervisor; nil, and every nil field,
+// means the defaults (nothing here can be out of range).
 type SupervisorOptions struct {
-	Clock  Clock       // default: the system clock
-	Logger *zap.Logger // default: none
-	// Rand returns a float in [0, 1) for the jitter (default math/rand/v2).
+	Clock  Clock       // nil: the system clock
+	Logger *zap.Logger // nil: no logging
+	// Rand returns a float in [0, 1) for the jitter; nil: math/rand/v2.
 	Rand func() float64
 }
 
@@ -169,51 +179,29 @@ func (s *Supervisor) Add(svc Service) error {
 	return nil
 }
 
+// Backoff's defaults (see Backoff).
+const (
+	defaultBackoffInitial = 100 * time.Millisecond
+	defaultBackoffMax     = 30 * time.Second
+)
+
+// withDefaults validates svc (an *OptionError naming the field) and fills
+// in the defaults of its zero fields.
 func (svc Service) withDefaults() (Service, error) {
-	if svc.Name == "" {
-		return svc, errors.New("runtime: Service.Name is empty")
+	if err := svc.check("Service"); err != nil {
+		return svc, err
 	}
-	if len(svc.Spec.Argv) == 0 {
-		return svc, fmt.Errorf("runtime: service %q: Spec.Argv is empty", svc.Name)
-	}
-	switch svc.Restart {
-	case "":
+	if svc.Restart == "" {
 		svc.Restart = RestartOnFailure
-	case RestartNever, RestartOnFailure, RestartAlways:
-	default:
-		return svc, fmt.Errorf("runtime: service %q: Restart %q: want never, on-failure or always", svc.Name, svc.Restart)
 	}
 	b := &svc.Backoff
-	if b.Initial < 0 || b.Max < 0 || b.ResetAfter < 0 || b.Jitter < 0 || b.Jitter >= 1 {
-		return svc, fmt.Errorf("runtime: service %q: Backoff %+v: durations must be >= 0 and 0 <= Jitter < 1", svc.Name, *b)
-	}
-	if b.Initial == 0 {
-		b.Initial = 100 * time.Millisecond
-	}
-	if b.Max == 0 {
-		b.Max = 30 * time.Second
-	}
-	if b.Max < b.Initial {
-		return svc, fmt.Errorf("runtime: service %q: Backoff.Max %v < Backoff.Initial %v", svc.Name, b.Max, b.Initial)
-	}
-	if b.Jitter == 0 {
-		b.Jitter = 0.2
-	}
-	if b.ResetAfter == 0 {
-		b.ResetAfter = 10 * time.Second
-	}
-	if svc.MaxRestarts == 0 {
-		svc.MaxRestarts = 5
-	}
-	if svc.Window < 0 {
-		return svc, fmt.Errorf("runtime: service %q: Window %v is negative", svc.Name, svc.Window)
-	}
-	if svc.Window == 0 {
-		svc.Window = 60 * time.Second
-	}
-	if svc.StopGrace <= 0 {
-		svc.StopGrace = 5 * time.Second
-	}
+	b.Initial = cmp.Or(b.Initial, defaultBackoffInitial)
+	b.Max = cmp.Or(b.Max, defaultBackoffMax)
+	b.Jitter = cmp.Or(b.Jitter, 0.2)
+	b.ResetAfter = cmp.Or(b.ResetAfter, 10*time.Second)
+	svc.MaxRestarts = cmp.Or(svc.MaxRestarts, 5)
+	svc.Window = cmp.Or(svc.Window, 60*time.Second)
+	svc.StopGrace = cmp.Or(svc.StopGrace, 5*time.Second)
 	return svc, nil
 }
 

@@ -218,13 +218,13 @@ func TestSupervisorValidation(t *testing.T) {
 		svc  Service
 		want string
 	}{
-		{Service{Spec: Spec{Argv: []string{"true"}}}, "Name is empty"},
-		{Service{Name: "x"}, "Argv is empty"},
-		{Service{Name: "x", Spec: Spec{Argv: []string{"true"}}, Restart: "sometimes"}, "Restart \"sometimes\""},
-		{Service{Name: "x", Spec: Spec{Argv: []string{"true"}}, Backoff: Backoff{Initial: time.Minute, Max: time.Second}}, "Backoff.Max"},
-		{Service{Name: "x", Spec: Spec{Argv: []string{"true"}}, Backoff: Backoff{Jitter: 1.5}}, "Jitter"},
+		{Service{Spec: Spec{Argv: []string{"true"}}}, "Service.Name"},
+		{Service{Name: "x"}, "Service.Spec.Argv"},
+		{Service{Name: "x", Spec: Spec{Argv: []string{"true"}}, Restart: "sometimes"}, "Service.Restart"},
+		{Service{Name: "x", Spec: Spec{Argv: []string{"true"}}, Backoff: Backoff{Initial: time.Minute, Max: time.Second}}, "Service.Backoff.Max"},
+		{Service{Name: "x", Spec: Spec{Argv: []string{"true"}}, Backoff: Backoff{Jitter: 1.5}}, "Service.Backoff.Jitter"},
 	} {
-		if err := sup.Add(c.svc); err == nil || !strings.Contains(err.Error(), c.want) {
+		if err := sup.Add(c.svc); optionOf(err) != c.want {
 			t.Errorf("%+v: %v, want %q", c.svc, err, c.want)
 		}
 	}

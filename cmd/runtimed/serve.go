@@ -145,7 +145,7 @@ pair. Operator's guide: docs/operations.md.`)
 		return 2
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "runtimed serve: --fs-root: %v\n", err)
+		fmt.Fprintf(stderr, "runtimed serve: %v\n", err) // names the setting: Config.FsRoots is --fs-root
 		return 2
 	}
 	if *retainBytes <= 0 || *retainChunks <= 0 || *maxMessage <= 0 || *maxProcs <= 0 || *httpMaxBody <= 0 || *outboundQueue <= 0 {
