@@ -103,6 +103,12 @@ func TestSpecValidated(t *testing.T) {
 				}
 			}
 		}
+		// Two checks name Spec.Dir: an empty one says it is required.
+		spec := goodSpec(t)
+		spec.Dir = ""
+		if _, err := b.Start(ctx, spec); err == nil || !strings.Contains(err.Error(), "Spec.Dir: is required") {
+			t.Errorf("empty Dir: %v; want it called required", err)
+		}
 		if l, ok := b.(interface {
 			List(context.Context) ([]ProcessInfo, error)
 		}); ok {
