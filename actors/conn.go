@@ -312,6 +312,7 @@ var knownMethods = map[string]string{
 	wire.MethodProcessSignal:     "exec",
 	wire.MethodProcessResize:     "exec",
 	wire.MethodProcessCloseStdin: "exec",
+	wire.MethodProcessAck:        "exec",
 	wire.MethodProcessList:       "exec",
 	wire.MethodProcessSpawn:      "exec",
 	wire.MethodProcessWriteStdin: "exec",
@@ -365,6 +366,8 @@ func (c *conn) request(msg wire.Message) {
 		c.closeStdin(msg)
 	case wire.MethodProcessList:
 		c.list(msg)
+	case wire.MethodProcessAck:
+		c.ack(msg)
 	case wire.MethodProcessSpawn:
 		c.spawnApp(msg)
 	case wire.MethodProcessWriteStdin:

@@ -108,6 +108,8 @@ type clientState struct {
 	stopIO       chan struct{} // closed to stop the current writer
 	reconnecting bool
 	latched      bool
+	ackDue       map[string]*rproc // processes with output not acknowledged yet (client_ack.go)
+	ackTimer     *time.Timer       // armed while ackDue is not empty
 }
 
 func (st *clientState) attach(t wire.Transport) {
@@ -256,6 +258,8 @@ func (st *clientState) run() {
 			st.catchUp(m.id, m.res)
 		case holeReadFailedMsg:
 			st.holeLost(m.id, m.err)
+		case ackTickMsg:
+			st.ackTick()
 		case dropHistMsg:
 			if rp := st.procs[m.id]; rp == m.rp {
 				rp.hist, rp.histSize, rp.histFrom = nil, 0, 0
@@ -270,6 +274,9 @@ func (st *clientState) latch(err error) {
 		return
 	}
 	st.latched = true
+	if st.ackTimer != nil {
+		st.ackTimer.Stop()
+	}
 	c := st.c
 	c.cause = err
 	close(c.failed)

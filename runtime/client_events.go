@@ -73,6 +73,11 @@ type rproc struct {
 	// the loss is reported, never silent, and the stream never stalls.
 	holeRead bool
 	dropped  uint64 // the highest seq dropped because the buffer was full
+	// What the server was told this client has (process/ack, see
+	// client_ack.go): every seq up to acked; unacked output bytes came in
+	// order since.
+	acked   uint64
+	unacked int
 }
 
 func (st *clientState) notification(msg wire.Message) {
@@ -167,6 +172,7 @@ func (st *clientState) emit(rp *rproc, ev actors.Event) {
 	} else {
 		rp.next = ev.Seq + 1
 	}
+	st.received(rp, len(ev.Data))
 	switch ev.Kind {
 	case actors.EventExited:
 		rp.exited, rp.exitSeq, rp.exitCode = true, ev.Seq, ev.ExitCode
@@ -311,6 +317,7 @@ func (st *clientState) resume() {
 	for i, id := range ids {
 		frames[i] = st.pending[id].frame
 	}
+	st.ackResumed()
 	stop := st.stopIO
 	c.wg.Go(func() {
 		for _, f := range frames {
@@ -339,7 +346,8 @@ func (st *clientState) resume() {
 			// tells the server the backlog arrived, so it stops holding the
 			// process back for it (PROTOCOL.md §3). What this read returns
 			// is past the catch-up, where notifications carry it: dropped.
-			if res.NextSeq > after+1 && !res.Closed {
+			// With process/ack the catch-up is acknowledged as it arrives.
+			if res.NextSeq > after+1 && !res.Closed && !c.acks {
 				one := uint64(1)
 				_ = c.call(ctx, wire.MethodProcessRead, wire.ReadParams{ProcessID: id, AfterSeq: res.NextSeq - 1, MaxBytes: &one}, nil)
 			}

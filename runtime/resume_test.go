@@ -66,10 +66,11 @@ func (r *resumedConn) ReadMessage(ctx context.Context) ([]byte, error) {
 // detached the process stops being read once its retention holds nothing
 // but unread output (the child blocks on the pipe) instead of evicting it;
 // after each resume the client catches up with process/read from its last
-// seq (and acknowledges it). The stream that arrives is the child's, byte
-// for byte: no gap (an EventGap would say so), no duplicate (seqs are
-// consecutive), same sha256. Without the detached rule it fails at the
-// first cut (measured: a gap of 54 chunks).
+// seq. The stream that arrives is the child's, byte for byte: no gap (an
+// EventGap would say so), no duplicate (seqs are consecutive), same
+// sha256. Without the detached rule it fails at the first cut (measured: a
+// gap of 54 chunks); without process/ack, at default retention, output in
+// flight at a cut is lost (measured: a gap at the first cut).
 func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 	lines, cuts := 6_400_000, int64(5) // 50.9 MB
 	if raceEnabled {
@@ -88,14 +89,13 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 	// catch-up.
 	defer func(old int) { liveQueueCap = old }(liveQueueCap)
 	liveQueueCap = 1 << 16
-	// Retention larger than twice what a dropped connection can have in
-	// flight (its outbound queue, 256 KiB, and the socket buffers, which
-	// TCP grows to several MiB on loopback when the client reads slowly,
-	// as under the race detector: 8 MiB of retention lost 4+ MiB at a cut
-	// in a full -race run; output handed to a connection is read, see
-	// PROTOCOL.md), smaller than what the child writes while detached, so
-	// only the detached rule keeps that.
-	ws := startWSServer(t, Config{RetainBytes: 24 << 20})
+	// Default retention (1 MiB), much smaller than what a dropped
+	// connection can have in flight (its outbound queue, 256 KiB, and the
+	// socket buffers, which TCP grows to several MiB on loopback when the
+	// client reads slowly, as under the race detector) and than what the
+	// child writes while detached: the client's process/ack keeps the one,
+	// the detached rule the other.
+	ws := startWSServer(t, Config{})
 	plan := &cutPlan{every: 1 << 20, cuts: cuts}
 	var dials atomic.Int64
 	opts := &ClientOptions{
@@ -120,12 +120,19 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	p, err := c.Start(ctx, Spec{Argv: []string{"seq", "1", strconv.Itoa(lines)}, Dir: t.TempDir(), Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	// The child waits for a line on stdin, sent once the subscriber is
+	// there: the test is about resumes, not about a subscriber that comes
+	// after the client let output go (which the client's history covers
+	// only for its last 256 KiB).
+	p, err := c.Start(ctx, Spec{Argv: []string{"sh", "-c", "read go && exec seq 1 " + strconv.Itoa(lines)}, Dir: t.TempDir(), Env: map[string]string{"PATH": "/usr/bin:/bin"}, PipeStdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s, err := p.Events(ctx)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write(ctx, []byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]byte, 0, len(want))

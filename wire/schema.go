@@ -16,6 +16,7 @@ const (
 	MethodProcessResize     = "process/resize"
 	MethodProcessCloseStdin = "process/closeStdin"
 	MethodProcessList       = "process/list"
+	MethodProcessAck        = "process/ack" // ext: the client has the output up to a seq
 
 	NotifyProcessOutput = "process/output"
 	NotifyProcessExited = "process/exited"
@@ -134,6 +135,16 @@ type ReadParams struct {
 }
 
 func (*ReadParams) RequiredFields() []string { return []string{"processId"} }
+
+// AckParams are the params of process/ack (ext): the client has every seq
+// of the process up to Seq, so the server need no longer keep it for a
+// resume (PROTOCOL.md, docs: lossless resume).
+type AckParams struct {
+	ProcessID string `json:"processId"`
+	Seq       uint64 `json:"seq"`
+}
+
+func (*AckParams) RequiredFields() []string { return []string{"processId", "seq"} }
 
 // Chunk is one retained output chunk.
 type Chunk struct {
