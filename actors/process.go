@@ -82,6 +82,9 @@ type Event struct {
 type Subscriber struct {
 	Out  chan<- Event
 	Done <-chan struct{}
+	// Acks: the subscriber's client acknowledges what it was handed
+	// (process/ack): the process starts in ack mode (see unreadFrom).
+	Acks bool
 }
 
 // ReadReply is the answer to a read: PROTOCOL.md's process/read result
@@ -494,6 +497,7 @@ func newProcess(id string, argv []string, tty bool, sess Session, cfg ProcConfig
 	p.stdinClosed = !sess.HasStdin()
 	if sub != nil {
 		p.sub = &subscription{Subscriber: *sub, cursor: 1}
+		p.ackMode = sub.Acks
 	}
 	ref := &ProcessRef{id: id, pid: p.pid, argv: argv, tty: tty, mbox: p.mbox, done: p.done, closedC: p.closedC, final: p.final}
 	return p, ref

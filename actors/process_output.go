@@ -137,7 +137,7 @@ func (p *process) attach(sub Subscriber) uint64 {
 	p.sub = &subscription{Subscriber: sub, cursor: p.nextSeq}
 	p.dropped = reasonNone
 	p.detached = false
-	p.ackMode = false // until this connection acknowledges
+	p.ackMode = sub.Acks // a connection that does not declare it enters ack mode with its first process/ack
 	p.backlogFrom = 0
 	if p.acked+1 < p.nextSeq && p.cfg.resumeHold > 0 && p.forgetReason == reasonNone && !p.outputsCut {
 		p.backlogFrom, p.backlogTo = p.acked+1, p.nextSeq

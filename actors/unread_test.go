@@ -234,6 +234,25 @@ func TestAckModeKeepsHandedOutput(t *testing.T) {
 	if p.acked != p.nextSeq-1 {
 		t.Fatalf("ack past nextSeq: acked %d, want %d", p.acked, p.nextSeq-1)
 	}
+	// A connection that declared it acknowledges (initialize's
+	// runtimedOutputAck) is in ack mode from its first byte: nothing it
+	// is handed before its first process/ack is evicted either.
+	p.subscriberLost()
+	p.attach(Subscriber{Out: make(chan Event), Done: make(chan struct{}), Acks: true})
+	if !p.ackMode {
+		t.Fatal("resumed by a connection that declared acknowledgements: not in ack mode")
+	}
+	from := p.nextSeq
+	for range 100 {
+		if h.produce(1) == 0 {
+			break
+		}
+		h.deliverAll()
+	}
+	h.retainedFrom(from, "declared ack mode, nothing acknowledged yet")
+	if p.canConsume() {
+		t.Fatal("declared ack mode, retention full of unacknowledged output: the actor still reads")
+	}
 }
 
 // A process that never had a connection (Local's lag-mode listeners) reads

@@ -198,7 +198,9 @@ func connect(ctx context.Context, o ClientOptions, dial func(context.Context) (w
 // the old connection (-32010).
 func handshake(ctx context.Context, t wire.Transport, name, resume string) (wire.InitializeResult, error) {
 	var res wire.InitializeResult
-	params := wire.InitializeParams{ClientName: name}
+	// The client acknowledges output (client_ack.go) when the server
+	// advertises it; a server that does not know the field ignores it.
+	params := wire.InitializeParams{ClientName: name, OutputAck: true}
 	if resume != "" {
 		params.ResumeSessionID = &resume
 	}

@@ -52,7 +52,15 @@ type registerProcMsg struct {
 type forgetProcMsg struct{ id string }
 type subscribeRemoteMsg struct {
 	id    string
+	after uint64 // the subscriber has every seq up to it
 	reply chan<- remoteSub
+}
+
+// lagReadMsg: a subscriber that resubscribed after lagging has read what
+// it missed from the server (see rproc.lagFloors).
+type lagReadMsg struct {
+	id    string
+	after uint64
 }
 type catchUpMsg struct {
 	id  string
@@ -81,6 +89,7 @@ func (closeClientMsg) isClientMsg()     {}
 func (registerProcMsg) isClientMsg()    {}
 func (forgetProcMsg) isClientMsg()      {}
 func (subscribeRemoteMsg) isClientMsg() {}
+func (lagReadMsg) isClientMsg()         {}
 func (catchUpMsg) isClientMsg()         {}
 func (holeReadFailedMsg) isClientMsg()  {}
 func (dropHistMsg) isClientMsg()        {}
@@ -253,7 +262,11 @@ func (st *clientState) run() {
 		case forgetProcMsg:
 			delete(st.procs, m.id)
 		case subscribeRemoteMsg:
-			m.reply <- st.subscribe(m.id)
+			m.reply <- st.subscribe(m.id, m.after)
+		case lagReadMsg:
+			if rp := st.procs[m.id]; rp != nil {
+				st.lagRecovered(rp, m.after)
+			}
 		case catchUpMsg:
 			st.catchUp(m.id, m.res)
 		case holeReadFailedMsg:

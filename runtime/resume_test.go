@@ -74,21 +74,23 @@ func (r *resumedConn) ReadMessage(ctx context.Context) ([]byte, error) {
 func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 	lines, cuts := 6_400_000, int64(5) // 50.9 MB
 	if raceEnabled {
-		// Each resume's catch-up (up to the 24 MiB retained) is decoded
-		// several times slower; keep the test within a minute on 2 cores.
-		// The stream is still larger than retention, and the first cut
-		// comes after 1 MiB: the child fills retention while detached.
+		// The client decodes several times slower; keep the test within a
+		// minute on 2 cores. The stream is still much larger than
+		// retention, and the first cut comes after 1 MiB.
 		lines, cuts = 3_400_000, 2 // 26.6 MB
 	}
-	want := seqStream(lines)
-	// A catch-up read hands the client up to a retention's worth of events
-	// at once; with the default listener queue (256 events) this listener
-	// would lag and resubscribe from the server, which has by then evicted
-	// what it sent (the client's own limit, reported as EventGap, not the
-	// server's). The test is about the server: a queue that takes a whole
-	// catch-up.
+	t.Run("subscriber keeps up", func(t *testing.T) { resumeFastProducer(t, lines, cuts, liveQueueCap, false) })
+	// A subscriber queue of 4 events lags all the time, above all when a
+	// catch-up hands it a retention's worth at once: while it resubscribes
+	// the client acknowledges nothing past it, so the server still has
+	// what it missed.
+	t.Run("subscriber lags", func(t *testing.T) { resumeFastProducer(t, lines/4, 2, 4, true) })
+}
+
+func resumeFastProducer(t *testing.T, lines int, cuts int64, queue int, mustLag bool) {
 	defer func(old int) { liveQueueCap = old }(liveQueueCap)
-	liveQueueCap = 1 << 16
+	liveQueueCap = queue
+	want := seqStream(lines)
 	// Default retention (1 MiB), much smaller than what a dropped
 	// connection can have in flight (its outbound queue, 256 KiB, and the
 	// socket buffers, which TCP grows to several MiB on loopback when the
@@ -137,6 +139,7 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 	}
 	got := make([]byte, 0, len(want))
 	var seq uint64
+	lags := 0
 	for {
 		ev, err := s.Next(ctx)
 		if err == io.EOF {
@@ -149,6 +152,7 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 		case EventFailed, EventGap:
 			t.Fatalf("%v after %d of %d bytes and %d cuts: %+v", ev.Kind, len(got), len(want), plan.done.Load(), ev)
 		case EventLagged:
+			lags++
 			continue
 		}
 		if ev.Seq != seq+1 {
@@ -156,6 +160,9 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 		}
 		seq = ev.Seq
 		got = append(got, ev.Data...)
+	}
+	if mustLag && lags == 0 {
+		t.Fatal("the subscriber never lagged: the case is not exercised")
 	}
 	done := plan.done.Load()
 	if len(got) != len(want) || sha256.Sum256(got) != sha256.Sum256(want) {

@@ -42,6 +42,10 @@ const (
 type InitializeParams struct {
 	ClientName      string  `json:"clientName"`
 	ResumeSessionID *string `json:"resumeSessionId"`
+	// OutputAck (ext): this client acknowledges the output it receives
+	// with process/ack, so the session's processes keep what they handed
+	// it until it does (ack mode, from the first byte on).
+	OutputAck bool `json:"runtimedOutputAck,omitempty"`
 }
 
 func (*InitializeParams) RequiredFields() []string { return nil }
