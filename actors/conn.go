@@ -136,6 +136,7 @@ type conn struct {
 	wg   sync.WaitGroup
 
 	hs       handshake
+	acks     bool // the client declared it sends process/ack (initialize's runtimedOutputAck)
 	queueing bool // the queue goroutine runs (started by the reader: outbound)
 	session  *SessionTable
 	apps     map[string]*appProc // app-server dialect handles of this connection
@@ -312,6 +313,7 @@ var knownMethods = map[string]string{
 	wire.MethodProcessSignal:     "exec",
 	wire.MethodProcessResize:     "exec",
 	wire.MethodProcessCloseStdin: "exec",
+	wire.MethodProcessAck:        "exec",
 	wire.MethodProcessList:       "exec",
 	wire.MethodProcessSpawn:      "exec",
 	wire.MethodProcessWriteStdin: "exec",
@@ -365,6 +367,8 @@ func (c *conn) request(msg wire.Message) {
 		c.closeStdin(msg)
 	case wire.MethodProcessList:
 		c.list(msg)
+	case wire.MethodProcessAck:
+		c.ack(msg)
 	case wire.MethodProcessSpawn:
 		c.spawnApp(msg)
 	case wire.MethodProcessWriteStdin:
@@ -391,6 +395,7 @@ func (c *conn) initialize(msg wire.Message) {
 	}
 	var table *SessionTable
 	var err error
+	c.acks = p.OutputAck
 	if p.ResumeSessionID != nil && *p.ResumeSessionID != "" {
 		table, err = c.sup.ResumeSession(c.ctx, *p.ResumeSessionID)
 		var re *ResumeError
@@ -427,7 +432,7 @@ func (c *conn) initialize(msg wire.Message) {
 }
 
 func (c *conn) subscriber() Subscriber {
-	return Subscriber{Out: c.events, Done: c.ctx.Done()}
+	return Subscriber{Out: c.events, Done: c.ctx.Done(), Acks: c.acks}
 }
 
 func (c *conn) start(msg wire.Message) {

@@ -277,6 +277,24 @@ func (c *conn) closeStdin(msg wire.Message) {
 	c.reply(msg.ID, struct{}{}, nil)
 }
 
+// ack (process/ack, ext): the client has the process's output up to a
+// seq. Answered once the acknowledgement is in the actor's mailbox, which
+// takes it before any later request of this connection.
+func (c *conn) ack(msg wire.Message) {
+	var p wire.AckParams
+	if !c.params(msg, &p) {
+		return
+	}
+	ref, ok := c.process(msg, p.ProcessID)
+	if !ok {
+		return
+	}
+	if err := ref.Ack(c.ctx, p.Seq); err != nil && c.failed(msg, ref) {
+		return
+	}
+	c.reply(msg.ID, struct{}{}, nil)
+}
+
 func (c *conn) list(msg wire.Message) {
 	var p wire.NoParams
 	if !c.params(msg, &p) {

@@ -177,15 +177,18 @@
 //     least its byte bound less 64 KiB); readers send facts into a bounded
 //     channel (16). The actor stops taking facts while one more read could
 //     make retention evict output the session's client has not read
-//     (process_output.go defines "read": handed to the live connection, or
-//     acknowledged by a process/read's afterSeq); readers then block, the
+//     (process_output.go defines "read": acknowledged by a process/read's
+//     afterSeq or a process/ack's seq, or, unless the connection
+//     acknowledges with process/ack (ack mode), handed to the live
+//     connection); readers then block, the
 //     pipe or PTY fills, and the child blocks on write, as on a slow
 //     terminal. Attached: undelivered output fills at most half of
 //     retention (the other half keeps the newest output handed to the
 //     connection, what a drop may lose in flight), so a slow client slows
 //     its own processes, never another's, and no event is dropped while
 //     the connection lives; delivered output is evicted (counted in the
-//     evictions metric). Detached: nothing the client has not acknowledged
+//     evictions metric). In ack mode delivered output is evicted only once
+//     acknowledged: the client's acknowledgements are the flow control. Detached: nothing the client has not acknowledged
 //     is evicted; a producer that fills retention blocks until a resume
 //     reads it or the detach TTL ends (the session is then discarded and
 //     its output flows and is dropped with the process). Trade-off: a

@@ -82,6 +82,9 @@ type Event struct {
 type Subscriber struct {
 	Out  chan<- Event
 	Done <-chan struct{}
+	// Acks: the subscriber's client acknowledges what it was handed
+	// (process/ack): the process starts in ack mode (see unreadFrom).
+	Acks bool
 }
 
 // ReadReply is the answer to a read: PROTOCOL.md's process/read result
@@ -366,6 +369,16 @@ func (r *ProcessRef) Subscribe(ctx context.Context, after uint64, capacity int) 
 // Discard kills the process tree (SIGKILL) if it is not closed and lets
 // the actor end as soon as its ending was delivered instead of retaining
 // it. The reason recorded is the connection's end.
+// Ack tells the actor that the attached connection's client has every seq
+// up to seq (process/ack). From then on, until another connection
+// attaches, output handed to that connection stays unread (retained,
+// holding the producer back when retention is full of it) until it is
+// acknowledged, so an abrupt drop loses nothing that was in flight. It
+// waits only for room in the mailbox.
+func (r *ProcessRef) Ack(ctx context.Context, seq uint64) error {
+	return send(ctx, r.mbox, procMsg(ackMsg{seq: seq}), r.done)
+}
+
 func (r *ProcessRef) Discard(ctx context.Context) error {
 	return r.discard(ctx, reasonConnEnd)
 }
@@ -436,7 +449,8 @@ type process struct {
 	listeners   []chan Event // lag-mode subscribers; run closes each when it lags or the stream ends
 	polls       []*pendingRead
 	// What the session's client has read (see unreadFrom).
-	acked        uint64    // the highest afterSeq of a process/read, at most nextSeq-1
+	acked        uint64    // the highest afterSeq of a process/read or seq of a process/ack, at most nextSeq-1
+	ackMode      bool      // the attached connection acknowledges (process/ack): what it was handed stays unread until acked
 	detached     bool      // the subscriber's connection ended and none attached since
 	backlogFrom  uint64    // after a resume: the backlog's first unread seq (0: none)
 	backlogTo    uint64    // the first seq the resumed subscriber got live
@@ -483,6 +497,7 @@ func newProcess(id string, argv []string, tty bool, sess Session, cfg ProcConfig
 	p.stdinClosed = !sess.HasStdin()
 	if sub != nil {
 		p.sub = &subscription{Subscriber: *sub, cursor: 1}
+		p.ackMode = sub.Acks
 	}
 	ref := &ProcessRef{id: id, pid: p.pid, argv: argv, tty: tty, mbox: p.mbox, done: p.done, closedC: p.closedC, final: p.final}
 	return p, ref

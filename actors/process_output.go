@@ -60,8 +60,16 @@ func (p *process) handleFact(f fact) {
 //   - handed to the attached connection as a notification (the
 //     subscriber's cursor passed it): "sent" is "read" while the
 //     connection lives, as before;
-//   - acknowledged: a process/read with afterSeq >= seq says the client
-//     has it (or wants nothing up to it).
+//   - acknowledged: a process/read with afterSeq >= seq, or a process/ack
+//     with seq >= it, says the client has it (or wants nothing up to it).
+//
+// A client that acknowledges (its first process/ack since it attached puts
+// the process in ack mode) is trusted no further than it acknowledged:
+// in ack mode "sent" is not "read", the output handed to the connection
+// stays unread until acknowledged, so what a drop loses in flight (outbound
+// queue, socket buffers, however large TCP grew them) is still retained at
+// any retention size. A client that does not acknowledge (Codex) gets the
+// half-retention rule of canConsume instead.
 //
 // When the connection is lost, what it was handed but never acknowledged
 // is unread again, since a dropped connection may have lost it in flight:
@@ -89,6 +97,9 @@ func (p *process) unreadFrom() (uint64, bool) {
 		from := p.sub.cursor
 		if p.backlogFrom != 0 && p.backlogFrom < from {
 			from = p.backlogFrom
+		}
+		if p.ackMode && p.acked+1 < from {
+			from = p.acked + 1
 		}
 		return from, true
 	case p.detached && p.forgetReason == reasonNone && !p.outputsCut:
@@ -126,6 +137,7 @@ func (p *process) attach(sub Subscriber) uint64 {
 	p.sub = &subscription{Subscriber: sub, cursor: p.nextSeq}
 	p.dropped = reasonNone
 	p.detached = false
+	p.ackMode = sub.Acks // a connection that does not declare it enters ack mode with its first process/ack
 	p.backlogFrom = 0
 	if p.acked+1 < p.nextSeq && p.cfg.resumeHold > 0 && p.forgetReason == reasonNone && !p.outputsCut {
 		p.backlogFrom, p.backlogTo = p.acked+1, p.nextSeq

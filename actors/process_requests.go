@@ -42,6 +42,7 @@ type attachMsg struct {
 	reply chan<- uint64
 }
 type discardMsg struct{ why reason }
+type ackMsg struct{ seq uint64 } // a tell: the connection answers once it is queued
 type subscribeMsg struct {
 	after    uint64
 	capacity int
@@ -57,6 +58,7 @@ func (resizeMsg) isProcMsg()     {}
 func (infoMsg) isProcMsg()       {}
 func (attachMsg) isProcMsg()     {}
 func (discardMsg) isProcMsg()    {}
+func (ackMsg) isProcMsg()        {}
 func (subscribeMsg) isProcMsg()  {}
 
 func (p *process) handle(m procMsg) {
@@ -101,6 +103,11 @@ func (p *process) handle(m procMsg) {
 		m.reply <- p.attach(m.sub)
 	case subscribeMsg:
 		m.reply <- p.subscribe(m.after, m.capacity)
+	case ackMsg:
+		p.acknowledge(m.seq)
+		if p.sub != nil {
+			p.ackMode = true
+		}
 	case discardMsg:
 		why := m.why
 		if why == reasonNone {

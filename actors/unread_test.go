@@ -180,6 +180,81 @@ func TestUnreadOutputRule(t *testing.T) {
 	}
 }
 
+// Ack mode (process/ack): output handed to the connection stays unread
+// until acknowledged, however much of it a drop could lose in flight;
+// acknowledging lets the actor read again; a new connection starts without
+// it (a client that does not acknowledge is never held to it).
+func TestAckModeKeepsHandedOutput(t *testing.T) {
+	h := newUnreadHarness(t, 10*unreadChunk, 1000)
+	p := h.p
+	p.handle(ackMsg{seq: 0})
+	if !p.ackMode {
+		t.Fatal("process/ack did not put the attached process in ack mode")
+	}
+	// Everything is handed at once, nothing acknowledged: the actor stops
+	// when retention holds nothing but unacknowledged output (without ack
+	// mode it would run on: sent counts as read).
+	took := 0
+	for range 100 {
+		n := h.produce(1)
+		h.deliverAll()
+		if n == 0 {
+			break
+		}
+		took += n
+	}
+	if took != 10 || p.canConsume() {
+		t.Fatalf("ack mode, handed but not acknowledged: took %d chunks (want 10, retention's worth), reading still: %v", took, p.canConsume())
+	}
+	h.retainedFrom(1, "ack mode: handed, unacknowledged")
+	// A drop: everything after the acknowledged seq is still there.
+	p.handle(ackMsg{seq: 4})
+	if !p.canConsume() {
+		t.Fatal("4 chunks acknowledged: the actor still does not read")
+	}
+	h.produce(4)
+	h.deliverAll()
+	p.subscriberLost()
+	h.retainedFrom(5, "after the drop, from the first unacknowledged seq")
+	// Resumed by a connection that never acknowledges: the half-retention
+	// rule again, not ack mode.
+	h.resume()
+	h.read(p.nextSeq - 1)
+	if p.ackMode {
+		t.Fatal("a resumed connection inherited ack mode: a client that never acknowledges would block its producer")
+	}
+	for range 50 {
+		if h.produce(1) != 1 {
+			t.Fatalf("resumed without acknowledgements, everything delivered: the actor stopped at seq %d", p.nextSeq)
+		}
+		h.deliverAll()
+	}
+	// An ack for seqs never assigned is clamped, not trusted.
+	p.handle(ackMsg{seq: 1 << 60})
+	if p.acked != p.nextSeq-1 {
+		t.Fatalf("ack past nextSeq: acked %d, want %d", p.acked, p.nextSeq-1)
+	}
+	// A connection that declared it acknowledges (initialize's
+	// runtimedOutputAck) is in ack mode from its first byte: nothing it
+	// is handed before its first process/ack is evicted either.
+	p.subscriberLost()
+	p.attach(Subscriber{Out: make(chan Event), Done: make(chan struct{}), Acks: true})
+	if !p.ackMode {
+		t.Fatal("resumed by a connection that declared acknowledgements: not in ack mode")
+	}
+	from := p.nextSeq
+	for range 100 {
+		if h.produce(1) == 0 {
+			break
+		}
+		h.deliverAll()
+	}
+	h.retainedFrom(from, "declared ack mode, nothing acknowledged yet")
+	if p.canConsume() {
+		t.Fatal("declared ack mode, retention full of unacknowledged output: the actor still reads")
+	}
+}
+
 // A process that never had a connection (Local's lag-mode listeners) reads
 // at full speed, evicting old output, as before.
 func TestUnreadRuleSparesProcessesWithoutConnection(t *testing.T) {

@@ -103,6 +103,7 @@ type Client struct {
 	*fsImpl // the FileSystem methods, over this connection
 
 	sessionID   string // immutable after the first handshake
+	acks        bool   // the server takes process/ack (immutable after the first handshake)
 	nextID      atomic.Int64
 	procSeq     atomic.Uint64
 	writeSeq    atomic.Uint64
@@ -190,12 +191,13 @@ func connect(ctx context.Context, o ClientOptions, dial func(context.Context) (w
 	}
 	ictx, cancel := context.WithTimeout(ctx, o.InitializeTimeout)
 	defer cancel()
-	sid, err := handshake(ictx, t, o.ClientName, o.ResumeSessionID)
+	res, err := handshake(ictx, t, o.ClientName, o.ResumeSessionID)
 	if err != nil {
 		t.Close()
 		return nil, fmt.Errorf("runtime: initialize: %w", err)
 	}
-	c.sessionID = sid
+	c.sessionID = res.SessionID
+	c.acks = res.EnvironmentInfo != nil && res.EnvironmentInfo.Capabilities[wire.CapRuntimedOutputAck]
 	c.fsImpl = newRemoteFS(c)
 	st := &clientState{c: c, pending: map[int64]*pendingCall{}, procs: map[string]*rproc{}}
 	st.attach(t)
@@ -206,17 +208,20 @@ func connect(ctx context.Context, o ClientOptions, dial func(context.Context) (w
 // handshake runs initialize/initialized synchronously on a fresh transport,
 // before its reader starts. A resume retries while the server still sees
 // the old connection (-32010).
-func handshake(ctx context.Context, t wire.Transport, name, resume string) (string, error) {
-	params := wire.InitializeParams{ClientName: name}
+func handshake(ctx context.Context, t wire.Transport, name, resume string) (wire.InitializeResult, error) {
+	var res wire.InitializeResult
+	// The client acknowledges output (client_ack.go) when the server
+	// advertises it; a server that does not know the field ignores it.
+	params := wire.InitializeParams{ClientName: name, OutputAck: true}
 	if resume != "" {
 		params.ResumeSessionID = &resume
 	}
 	frame, _ := wire.AppendRequest(nil, wire.IntID(0), wire.MethodInitialize, params)
 	if err := t.WriteMessage(ctx, frame); err != nil {
-		return "", err
+		return res, err
 	}
 	if err := t.Flush(); err != nil {
-		return "", err
+		return res, err
 	}
 	for {
 		// The ctx bounds the wait; the transport is closed by the caller on failure.
@@ -225,9 +230,9 @@ func handshake(ctx context.Context, t wire.Transport, name, resume string) (stri
 		stop()
 		if err != nil {
 			if ctx.Err() != nil {
-				return "", ctx.Err()
+				return res, ctx.Err()
 			}
-			return "", err
+			return res, err
 		}
 		msg, perr := wire.Decode(data)
 		if perr != nil || msg.Kind != wire.KindResponse || string(msg.ID) != "0" {
@@ -236,17 +241,16 @@ func handshake(ctx context.Context, t wire.Transport, name, resume string) (stri
 		if len(msg.Error) > 0 {
 			var e RPCError
 			_ = json.Unmarshal(msg.Error, &e)
-			return "", &e
+			return res, &e
 		}
-		var res wire.InitializeResult
 		if err := json.Unmarshal(msg.Result, &res); err != nil {
-			return "", fmt.Errorf("bad initialize result: %w", err)
+			return res, fmt.Errorf("bad initialize result: %w", err)
 		}
 		note, _ := wire.AppendNotification(nil, wire.MethodInitialized, struct{}{})
 		if err := t.WriteMessage(ctx, note); err != nil {
-			return "", err
+			return res, err
 		}
-		return res.SessionID, t.Flush()
+		return res, t.Flush()
 	}
 }
 

@@ -52,7 +52,15 @@ type registerProcMsg struct {
 type forgetProcMsg struct{ id string }
 type subscribeRemoteMsg struct {
 	id    string
+	after uint64 // the subscriber has every seq up to it
 	reply chan<- remoteSub
+}
+
+// lagReadMsg: a subscriber that resubscribed after lagging has read what
+// it missed from the server (see rproc.lagFloors).
+type lagReadMsg struct {
+	id    string
+	after uint64
 }
 type catchUpMsg struct {
 	id    string
@@ -82,6 +90,7 @@ func (closeClientMsg) isClientMsg()     {}
 func (registerProcMsg) isClientMsg()    {}
 func (forgetProcMsg) isClientMsg()      {}
 func (subscribeRemoteMsg) isClientMsg() {}
+func (lagReadMsg) isClientMsg()         {}
 func (catchUpMsg) isClientMsg()         {}
 func (holeReadFailedMsg) isClientMsg()  {}
 func (dropHistMsg) isClientMsg()        {}
@@ -109,6 +118,8 @@ type clientState struct {
 	stopIO       chan struct{} // closed to stop the current writer
 	reconnecting bool
 	latched      bool
+	ackDue       map[string]*rproc // processes with output not acknowledged yet (client_ack.go)
+	ackTimer     *time.Timer       // armed while ackDue is not empty
 }
 
 func (st *clientState) attach(t wire.Transport) {
@@ -252,12 +263,18 @@ func (st *clientState) run() {
 		case forgetProcMsg:
 			delete(st.procs, m.id)
 		case subscribeRemoteMsg:
-			m.reply <- st.subscribe(m.id)
+			m.reply <- st.subscribe(m.id, m.after)
+		case lagReadMsg:
+			if rp := st.procs[m.id]; rp != nil {
+				st.lagRecovered(rp, m.after)
+			}
 		case catchUpMsg:
 			st.presetLimit(m.id, m.limit)
 			st.catchUp(m.id, m.res)
 		case holeReadFailedMsg:
 			st.holeLost(m.id, m.err)
+		case ackTickMsg:
+			st.ackTick()
 		case dropHistMsg:
 			if rp := st.procs[m.id]; rp == m.rp {
 				rp.hist, rp.histSize, rp.histFrom = nil, 0, 0
@@ -272,6 +289,9 @@ func (st *clientState) latch(err error) {
 		return
 	}
 	st.latched = true
+	if st.ackTimer != nil {
+		st.ackTimer.Stop()
+	}
 	c := st.c
 	c.cause = err
 	close(c.failed)

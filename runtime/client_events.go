@@ -24,6 +24,12 @@ const (
 	histKeep   = 10 * time.Second // kept this long after the process closed
 )
 
+// needsRead reports whether a subscriber that has every seq up to after
+// must read the server: the client's history does not reach back to it.
+func (rs remoteSub) needsRead(after uint64) bool {
+	return after+1 < rs.upto && (rs.histFrom == 0 || rs.histFrom > after+1)
+}
+
 type remoteSub struct {
 	live      <-chan actors.Event
 	upto      uint64 // the first seq live will carry
@@ -73,6 +79,15 @@ type rproc struct {
 	// the loss is reported, never silent, and the stream never stalls.
 	holeRead bool
 	dropped  uint64 // the highest seq dropped because the buffer was full
+	// What the server was told this client has (process/ack, see
+	// client_ack.go): every seq up to acked; unacked output bytes came in
+	// order since.
+	acked   uint64
+	unacked int
+	// lagFloors: a subscriber closed for lag resubscribes from the seq
+	// before the event it missed; until it read what it missed (or
+	// lagHold passed), the server is told no more than that seq.
+	lagFloors []lagFloor
 }
 
 func (st *clientState) notification(msg wire.Message) {
@@ -187,10 +202,12 @@ func (st *clientState) emit(rp *rproc, ev actors.Event) {
 			kept = append(kept, l)
 		default:
 			close(l) // lagged: the subscriber resubscribes from its seq (the client's history first)
+			st.lagged(rp, ev.Seq-1)
 		}
 	}
 	clear(rp.listeners[len(kept):])
 	rp.listeners = kept
+	st.received(rp, len(ev.Data))
 	if rp.closed {
 		for _, l := range rp.listeners {
 			close(l)
@@ -201,7 +218,7 @@ func (st *clientState) emit(rp *rproc, ev actors.Event) {
 	}
 }
 
-func (st *clientState) subscribe(id string) remoteSub {
+func (st *clientState) subscribe(id string, after uint64) remoteSub {
 	if st.latched {
 		return remoteSub{err: st.c.cause}
 	}
@@ -221,6 +238,9 @@ func (st *clientState) subscribe(id string) remoteSub {
 	rs := remoteSub{live: live, upto: rp.next, exited: rp.exited, exitSeq: rp.exitSeq, exitCode: rp.exitCode, closed: rp.closed, closedSeq: rp.closedSeq}
 	if rp.histFrom > 0 {
 		rs.hist, rs.histFrom = append([]actors.Event(nil), rp.hist...), rp.histFrom
+	}
+	if !rs.needsRead(after) {
+		st.lagRecovered(rp, after) // the history has it: nothing to hold on the server
 	}
 	return rs
 }
@@ -262,7 +282,11 @@ func (st *clientState) fillHole(rp *rproc) {
 		return
 	}
 	rp.holeRead = true
-	c, id, after := st.c, rp.id, rp.next-1
+	// From the seq a lagged subscriber still needs, if any: a read
+	// acknowledges its afterSeq (client_ack.go); what this client has
+	// already is dropped again by deliver.
+	floor, _ := ackable(rp)
+	c, id, after := st.c, rp.id, floor
 	c.log.Warn("reorder buffer full; reading the missing output back", zap.String("process_id", id), zap.Uint64("missing_seq", rp.next))
 	c.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -325,7 +349,8 @@ func (st *clientState) resume() {
 		if rp.closed {
 			continue
 		}
-		id, after := rp.id, rp.next-1
+		floor, _ := ackable(rp) // as in fillHole
+		id, after := rp.id, floor
 		c.wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -339,7 +364,8 @@ func (st *clientState) resume() {
 			// tells the server the backlog arrived, so it stops holding the
 			// process back for it (PROTOCOL.md §3). What this read returns
 			// is past the catch-up, where notifications carry it: dropped.
-			if res.NextSeq > after+1 && !res.Closed {
+			// With process/ack the catch-up is acknowledged as it arrives.
+			if res.NextSeq > after+1 && !res.Closed && !c.acks {
 				one := uint64(1)
 				_ = c.call(ctx, wire.MethodProcessRead, wire.ReadParams{ProcessID: id, AfterSeq: res.NextSeq - 1, MaxBytes: &one}, nil)
 			}
@@ -417,7 +443,7 @@ func (st *clientState) catchUp(id string, res wire.ReadResult) {
 func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscription, error) {
 	reply := make(chan remoteSub, 1)
 	select {
-	case p.c.mbox <- subscribeRemoteMsg{id: p.id, reply: reply}:
+	case p.c.mbox <- subscribeRemoteMsg{id: p.id, after: after, reply: reply}:
 	case <-p.c.failed:
 		return subscription{}, p.c.cause
 	case <-ctx.Done():
@@ -433,7 +459,7 @@ func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscripti
 		return subscription{}, rs.err
 	}
 	var history []actors.Event
-	if after+1 < rs.upto && rs.histFrom > 0 && rs.histFrom <= after+1 {
+	if !rs.needsRead(after) {
 		// The client still has everything after `after`: no read, and
 		// nothing the server may have forgotten is missed.
 		for _, ev := range rs.hist {
@@ -445,8 +471,11 @@ func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscripti
 				history = append(history, ev)
 			}
 		}
-	} else if after+1 < rs.upto {
+	} else {
 		res, err := p.Read(ctx, ReadOptions{After: after})
+		// Read or not, the server need hold nothing more for this
+		// subscriber (a failed read ends its stream).
+		p.c.toActor(lagReadMsg{id: p.id, after: after})
 		if err != nil {
 			return subscription{}, err
 		}

@@ -133,8 +133,14 @@
 // within ReconnectWindow, re-initializes with the session id, catches each
 // open process up with process/read from its last delivered seq, and
 // resends unanswered requests (writes keep their writeId, so the server
-// applies each once). Only if that fails does it latch. Output the server
-// evicted while the client was away comes as an [EventGap].
+// applies each once). Only if that fails does it latch. Against a runtimed
+// server (capability runtimedOutputAck) the client acknowledges the output
+// it receives (process/ack, every 128 KiB and 20 ms after the last), so the
+// server keeps what was in flight at a drop and the catch-up is lossless at
+// any retention size; the server's producer waits while retention holds
+// only output this client has not acknowledged. Output the server evicted
+// while the client was away (a server without process/ack) comes as an
+// [EventGap].
 //
 // Process failure: if the runtime fails one process (an internal error: a
 // recovered panic in its actor; the tree is killed), its Wait returns a

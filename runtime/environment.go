@@ -27,6 +27,9 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 		// fs/open (both modes) and fs/readBlock/writeBlock hold a request's
 		// sandbox to its rules before touching the disk (actors/fsops checkSandbox).
 		SandboxedFileStreaming: true,
+		// process/ack: handed output stays retained until acknowledged
+		// (actors, the unread-output rule).
+		RuntimedOutputAck: true,
 	}
 	if iso != nil {
 		c.RuntimedSandbox = iso.Host.Enforces()

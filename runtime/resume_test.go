@@ -66,36 +66,38 @@ func (r *resumedConn) ReadMessage(ctx context.Context) ([]byte, error) {
 // detached the process stops being read once its retention holds nothing
 // but unread output (the child blocks on the pipe) instead of evicting it;
 // after each resume the client catches up with process/read from its last
-// seq (and acknowledges it). The stream that arrives is the child's, byte
-// for byte: no gap (an EventGap would say so), no duplicate (seqs are
-// consecutive), same sha256. Without the detached rule it fails at the
-// first cut (measured: a gap of 54 chunks).
+// seq. The stream that arrives is the child's, byte for byte: no gap (an
+// EventGap would say so), no duplicate (seqs are consecutive), same
+// sha256. Without the detached rule it fails at the first cut (measured: a
+// gap of 54 chunks); without process/ack, at default retention, output in
+// flight at a cut is lost (measured: a gap at the first cut).
 func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 	lines, cuts := 6_400_000, int64(5) // 50.9 MB
 	if raceEnabled {
-		// Each resume's catch-up (up to the 24 MiB retained) is decoded
-		// several times slower; keep the test within a minute on 2 cores.
-		// The stream is still larger than retention, and the first cut
-		// comes after 1 MiB: the child fills retention while detached.
+		// The client decodes several times slower; keep the test within a
+		// minute on 2 cores. The stream is still much larger than
+		// retention, and the first cut comes after 1 MiB.
 		lines, cuts = 3_400_000, 2 // 26.6 MB
 	}
-	want := seqStream(lines)
-	// A catch-up read hands the client up to a retention's worth of events
-	// at once; with the default listener queue (256 events) this listener
-	// would lag and resubscribe from the server, which has by then evicted
-	// what it sent (the client's own limit, reported as EventGap, not the
-	// server's). The test is about the server: a queue that takes a whole
-	// catch-up.
+	t.Run("subscriber keeps up", func(t *testing.T) { resumeFastProducer(t, lines, cuts, liveQueueCap, false) })
+	// A subscriber queue of 4 events lags all the time, above all when a
+	// catch-up hands it a retention's worth at once: while it resubscribes
+	// the client acknowledges nothing past it, so the server still has
+	// what it missed.
+	t.Run("subscriber lags", func(t *testing.T) { resumeFastProducer(t, lines/4, 2, 4, true) })
+}
+
+func resumeFastProducer(t *testing.T, lines int, cuts int64, queue int, mustLag bool) {
 	defer func(old int) { liveQueueCap = old }(liveQueueCap)
-	liveQueueCap = 1 << 16
-	// Retention larger than twice what a dropped connection can have in
-	// flight (its outbound queue, 256 KiB, and the socket buffers, which
-	// TCP grows to several MiB on loopback when the client reads slowly,
-	// as under the race detector: 8 MiB of retention lost 4+ MiB at a cut
-	// in a full -race run; output handed to a connection is read, see
-	// PROTOCOL.md), smaller than what the child writes while detached, so
-	// only the detached rule keeps that.
-	ws := startWSServer(t, Config{RetainBytes: 24 << 20})
+	liveQueueCap = queue
+	want := seqStream(lines)
+	// Default retention (1 MiB), much smaller than what a dropped
+	// connection can have in flight (its outbound queue, 256 KiB, and the
+	// socket buffers, which TCP grows to several MiB on loopback when the
+	// client reads slowly, as under the race detector) and than what the
+	// child writes while detached: the client's process/ack keeps the one,
+	// the detached rule the other.
+	ws := startWSServer(t, Config{})
 	plan := &cutPlan{every: 1 << 20, cuts: cuts}
 	var dials atomic.Int64
 	opts := &ClientOptions{
@@ -120,7 +122,11 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	p, err := c.Start(ctx, Spec{Argv: []string{"seq", "1", strconv.Itoa(lines)}, Dir: t.TempDir(), Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	// The child waits for a line on stdin, sent once the subscriber is
+	// there: the test is about resumes, not about a subscriber that comes
+	// after the client let output go (which the client's history covers
+	// only for its last 256 KiB).
+	p, err := c.Start(ctx, Spec{Argv: []string{"sh", "-c", "read go && exec seq 1 " + strconv.Itoa(lines)}, Dir: t.TempDir(), Env: map[string]string{"PATH": "/usr/bin:/bin"}, PipeStdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,8 +134,12 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := p.Write(ctx, []byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
 	got := make([]byte, 0, len(want))
 	var seq uint64
+	lags := 0
 	for {
 		ev, err := s.Next(ctx)
 		if err == io.EOF {
@@ -142,6 +152,7 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 		case EventFailed, EventGap:
 			t.Fatalf("%v after %d of %d bytes and %d cuts: %+v", ev.Kind, len(got), len(want), plan.done.Load(), ev)
 		case EventLagged:
+			lags++
 			continue
 		}
 		if ev.Seq != seq+1 {
@@ -149,6 +160,9 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 		}
 		seq = ev.Seq
 		got = append(got, ev.Data...)
+	}
+	if mustLag && lags == 0 {
+		t.Fatal("the subscriber never lagged: the case is not exercised")
 	}
 	done := plan.done.Load()
 	if len(got) != len(want) || sha256.Sum256(got) != sha256.Sum256(want) {

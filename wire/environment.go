@@ -86,6 +86,10 @@ const (
 	// the whole tree (a cgroup); cpuSeconds, openFiles and fileSizeBytes
 	// are per-process rlimits and always available.
 	CapRuntimedLimits = "runtimedLimits"
+	// CapRuntimedOutputAck: process/ack is served: output handed to the
+	// connection stays retained until the client acknowledges it, so a
+	// resume after an abrupt drop loses nothing in flight.
+	CapRuntimedOutputAck = "runtimedOutputAck"
 )
 
 // Capabilities is the set of optional features this executor provides. The
@@ -112,6 +116,7 @@ type Capabilities struct {
 	RuntimedSandboxSubpaths bool
 	RuntimedTreeContainment bool
 	RuntimedLimits          bool
+	RuntimedOutputAck       bool
 }
 
 // fields pairs each capability name with its flag, in Codex's order.
@@ -142,6 +147,7 @@ func (c *Capabilities) fields() []struct {
 		{CapRuntimedSandboxSubpaths, &c.RuntimedSandboxSubpaths},
 		{CapRuntimedTreeContainment, &c.RuntimedTreeContainment},
 		{CapRuntimedLimits, &c.RuntimedLimits},
+		{CapRuntimedOutputAck, &c.RuntimedOutputAck},
 	}
 }
 

@@ -16,6 +16,7 @@ const (
 	MethodProcessResize     = "process/resize"
 	MethodProcessCloseStdin = "process/closeStdin"
 	MethodProcessList       = "process/list"
+	MethodProcessAck        = "process/ack" // ext: the client has the output up to a seq
 
 	NotifyProcessOutput = "process/output"
 	NotifyProcessExited = "process/exited"
@@ -41,6 +42,10 @@ const (
 type InitializeParams struct {
 	ClientName      string  `json:"clientName"`
 	ResumeSessionID *string `json:"resumeSessionId"`
+	// OutputAck (ext): this client acknowledges the output it receives
+	// with process/ack, so the session's processes keep what they handed
+	// it until it does (ack mode, from the first byte on).
+	OutputAck bool `json:"runtimedOutputAck,omitempty"`
 }
 
 func (*InitializeParams) RequiredFields() []string { return nil }
@@ -134,6 +139,16 @@ type ReadParams struct {
 }
 
 func (*ReadParams) RequiredFields() []string { return []string{"processId"} }
+
+// AckParams are the params of process/ack (ext): the client has every seq
+// of the process up to Seq, so the server need no longer keep it for a
+// resume (PROTOCOL.md, docs: lossless resume).
+type AckParams struct {
+	ProcessID string `json:"processId"`
+	Seq       uint64 `json:"seq"`
+}
+
+func (*AckParams) RequiredFields() []string { return []string{"processId", "seq"} }
 
 // Chunk is one retained output chunk.
 type Chunk struct {

@@ -30,7 +30,7 @@ var builtCapabilities = map[string]bool{"fsWatchMissing": true, "fileWriteStream
 // extCapabilities are runtimed's own names; their values depend on what the
 // host can enforce, and TestCapabilitiesAreTruthful checks them against
 // what the server then does.
-var extCapabilities = []string{"runtimedSandbox", "runtimedSandboxSubpaths", "runtimedTreeContainment", "runtimedLimits"}
+var extCapabilities = []string{"runtimedSandbox", "runtimedSandboxSubpaths", "runtimedTreeContainment", "runtimedLimits", "runtimedOutputAck"}
 
 type envInfo struct {
 	Shell struct {

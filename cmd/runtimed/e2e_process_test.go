@@ -233,12 +233,13 @@ func TestStdoutStderrSeparation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkSeparation(t, c, l)
+			checkSeparation(t, c, l, true)
 		})
 		t.Run("free running", func(t *testing.T) {
 			t.Parallel()
-			// The child paces itself (its sleeps are its own behaviour, not the test's synchronisation);
-			// output written before the exit must be numbered before it.
+			// The child paces itself (its sleeps are its own behaviour, not the test's synchronisation,
+			// and order nothing between its two pipes under load); output written before the exit must
+			// be numbered before it.
 			c := session(t, tr)
 			mustStart(t, c, wiretest.StartParams{ProcessID: "sep", Cwd: t.TempDir(), Env: baseEnv(), Argv: []string{"/bin/sh", "-c",
 				`printf 'event output\n'; sleep 0.1; printf 'event err\n' >&2; sleep 0.1; exit 7`}})
@@ -246,23 +247,30 @@ func TestStdoutStderrSeparation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkSeparation(t, c, l)
+			checkSeparation(t, c, l, false)
 		})
 	})
 }
 
 // checkSeparation checks the history of process "sep" via notifications (l) and process/read.
-func checkSeparation(t *testing.T, c *wiretest.Client, l *wiretest.ProcessLog) {
+// ordered says the child's two writes were ordered by the test (gated); a free-running child's two pipes
+// have no order between them (each has its own reader), so either may take seq 1.
+func checkSeparation(t *testing.T, c *wiretest.Client, l *wiretest.ProcessLog, ordered bool) {
 	t.Helper()
 	ctx := tctx(t, wait)
 	ev := l.Sorted()
+	type out struct{ stream, text string }
+	first, second := out{"stdout", "event output\n"}, out{"stderr", "event err\n"}
+	if !ordered && len(ev) == 4 && ev[0].Stream == "stderr" {
+		first, second = second, first
+	}
 	ok := len(ev) == 4 &&
-		ev[0].Method == "process/output" && ev[0].Seq == 1 && ev[0].Stream == "stdout" && string(ev[0].Chunk) == "event output\n" &&
-		ev[1].Method == "process/output" && ev[1].Seq == 2 && ev[1].Stream == "stderr" && string(ev[1].Chunk) == "event err\n" &&
+		ev[0].Method == "process/output" && ev[0].Seq == 1 && ev[0].Stream == first.stream && string(ev[0].Chunk) == first.text &&
+		ev[1].Method == "process/output" && ev[1].Seq == 2 && ev[1].Stream == second.stream && string(ev[1].Chunk) == second.text &&
 		ev[2].Method == "process/exited" && ev[2].Seq == 3 && ev[2].ExitCode != nil && *ev[2].ExitCode == 7 &&
 		ev[3].Method == "process/closed" && ev[3].Seq == 4
 	if !ok {
-		t.Fatalf("want output(1,stdout) output(2,stderr) exited(3,7) closed(4), got\n%s", l.Summary())
+		t.Fatalf("want output(1,%s) output(2,%s) exited(3,7) closed(4), got\n%s", first.stream, second.stream, l.Summary())
 	}
 	var exited struct {
 		SandboxDenied *bool `json:"sandboxDenied"`
@@ -276,8 +284,8 @@ func checkSeparation(t *testing.T, c *wiretest.Client, l *wiretest.ProcessLog) {
 		t.Fatal(err)
 	}
 	if len(r.Chunks) != 2 ||
-		r.Chunks[0].Seq != 1 || r.Chunks[0].Stream != "stdout" || string(r.Chunks[0].Chunk) != "event output\n" ||
-		r.Chunks[1].Seq != 2 || r.Chunks[1].Stream != "stderr" || string(r.Chunks[1].Chunk) != "event err\n" {
+		r.Chunks[0].Seq != 1 || r.Chunks[0].Stream != first.stream || string(r.Chunks[0].Chunk) != first.text ||
+		r.Chunks[1].Seq != 2 || r.Chunks[1].Stream != second.stream || string(r.Chunks[1].Chunk) != second.text {
 		t.Errorf("read chunks = %+v, want the same two chunks as the notifications", r.Chunks)
 	}
 	if r.NextSeq != 5 || !r.Exited || r.ExitCode == nil || *r.ExitCode != 7 || !r.Closed || r.SandboxDenied {
