@@ -5,18 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/fsops"
+	"github.com/runtimed/runtimed/actors/policy"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -170,39 +168,20 @@ func (l *Local) activeLocked() int {
 	return n
 }
 
-// actorSpec validates spec as process/start would.
+// actorSpec is spec, which Spec.validate has checked, as the actors take it.
 func actorSpec(spec Spec) (actors.Spec, error) {
-	if len(spec.Argv) == 0 {
-		return actors.Spec{}, rpcErr(wire.ErrEmptyArgv())
+	dir, err := policy.NativePath(spec.Dir) // an absolute path or a file: URI: checked already
+	if err != nil {
+		return actors.Spec{}, invalid("Spec.Dir", "%v", err)
 	}
-	if e := actors.CheckEnvNames("env", spec.Env); e != nil {
-		return actors.Spec{}, rpcErr(e)
-	}
-	if spec.EnvPolicy != nil {
-		if e := actors.CheckEnvInherit(spec.EnvPolicy.Inherit); e != nil {
-			return actors.Spec{}, rpcErr(e)
-		}
-		if e := actors.CheckEnvNames("envPolicy.set", spec.EnvPolicy.Set); e != nil {
-			return actors.Spec{}, rpcErr(e)
-		}
-	}
-	dir := spec.Dir
-	if strings.HasPrefix(dir, "file:") {
-		if u, err := url.Parse(dir); err == nil {
-			dir = u.Path
-		}
-	}
-	if !filepath.IsAbs(dir) {
-		return actors.Spec{}, &RPCError{Code: wire.CodeInvalidParams, Message: fmt.Sprintf("cwd must be absolute: %s", spec.Dir)}
-	}
-	var policy *actors.EnvPolicy
+	var ep *actors.EnvPolicy
 	if p := spec.envPolicy(); p != nil {
-		policy = &actors.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
+		ep = &actors.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
 	}
 	return actors.Spec{
-		Argv: spec.Argv, Arg0: spec.Arg0, Dir: filepath.Clean(dir), TTY: spec.TTY, PipeStdin: spec.PipeStdin,
+		Argv: spec.Argv, Arg0: spec.Arg0, Dir: dir, TTY: spec.TTY, PipeStdin: spec.PipeStdin,
 		Rows: spec.Size.Rows, Cols: spec.Size.Cols,
-		Env:      actors.BuildEnv(actors.ServerEnv(), policy, spec.Env),
+		Env:      actors.BuildEnv(actors.ServerEnv(), ep, spec.Env),
 		Metadata: actorMetadata(spec.Metadata),
 	}, nil
 }
