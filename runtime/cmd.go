@@ -142,6 +142,9 @@ func (c *Cmd) Start() error {
 		ID: c.ID, Argv: c.Args, Dir: dir, Env: c.Env, EnvPolicy: c.EnvPolicy, TTY: c.TTY, Size: c.Size,
 		PipeStdin: c.Stdin != nil && !c.TTY, Sandbox: c.Sandbox, Limits: c.Limits, Metadata: c.Metadata,
 	}
+	if err := checkCmdSpec(spec); err != nil {
+		return err
+	}
 	p, err := c.Backend.Start(ctx, spec)
 	if err != nil {
 		return err

@@ -114,6 +114,16 @@ func (spec Spec) check(at string) error {
 	return nil
 }
 
+// checkCmdSpec checks the Spec a Cmd builds, naming the Cmd's fields
+// ("Cmd.Args[0]", "Cmd.Env[\"A=B\"]") rather than the Spec's.
+func checkCmdSpec(spec Spec) error {
+	err := spec.check("Cmd")
+	if oe, ok := err.(*OptionError); ok && strings.HasPrefix(oe.Option, "Cmd.Argv") {
+		oe.Option = "Cmd.Args" + strings.TrimPrefix(oe.Option, "Cmd.Argv")
+	}
+	return err
+}
+
 // text refuses a string JSON cannot carry as it is: invalid UTF-8 would
 // reach a server as U+FFFD, so Local and a Client would disagree.
 func text(option, s string) error {

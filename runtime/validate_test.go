@@ -120,6 +120,34 @@ func TestSpecValidated(t *testing.T) {
 	})
 }
 
+// A Cmd's fields are checked as Spec's and named as the Cmd's, on every
+// backend, before anything starts.
+func TestCmdFieldsValidated(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b Backend) {
+		for _, c := range []struct {
+			option string
+			edit   func(c *Cmd)
+		}{
+			{"Cmd.Args[0]", func(c *Cmd) { c.Args = []string{""} }},
+			{"Cmd.Args[1]", func(c *Cmd) { c.Args = []string{"true", "a\x00"} }},
+			{"Cmd.Dir", func(c *Cmd) { c.Dir = "rel" }},
+			{`Cmd.Env["A=B"]`, func(c *Cmd) { c.Env = map[string]string{"A=B": "x"} }},
+			{"Cmd.EnvPolicy.Inherit", func(c *Cmd) { c.EnvPolicy = &EnvPolicy{Inherit: "most"} }},
+			{"Cmd.Size", func(c *Cmd) { c.TTY, c.Size = true, Size{Cols: 80} }},
+			{"Cmd.Sandbox.FileSystem[0].Access", func(c *Cmd) { c.Sandbox = &Sandbox{RestrictFS: true, FileSystem: []FSRule{{Special: FSRoot}}} }},
+			{"Cmd.Limits.Pids", func(c *Cmd) { c.Limits.Pids = math.MaxUint64 }},
+			{"Cmd.Metadata.ThreadID", func(c *Cmd) { c.Metadata = &Metadata{ThreadID: "\xff"} }},
+		} {
+			cmd := CommandContext(ctxT(t), b, "true")
+			cmd.Dir = t.TempDir()
+			c.edit(cmd)
+			if err := cmd.Run(); optionOf(err) != c.option || cmd.Process != nil {
+				t.Errorf("Run = %v (process %v); want an *OptionError naming %s and nothing started", err, cmd.Process, c.option)
+			}
+		}
+	})
+}
+
 // Where the server checks a Spec field too, its -32602 names the same
 // field in the protocol's words: the spec is sent raw, past the client's
 // own check.
