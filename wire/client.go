@@ -227,7 +227,7 @@ func (c *Client) GoFrame(ctx context.Context, id ID, frame []byte) (*PendingCall
 		c.pending[p.key] = p.reply
 		c.mu.Unlock()
 	}
-	if err := c.write(ctx, frame, !c.opts.Inline); err != nil {
+	if err := c.write(ctx, frame); err != nil {
 		p.Abandon()
 		return nil, err
 	}
@@ -304,12 +304,12 @@ func (c *Client) Notify(ctx context.Context, method string, params any) error {
 	if err != nil {
 		return fmt.Errorf("wire: encode params of %s: %w", method, err)
 	}
-	return c.write(ctx, b, false)
+	return c.write(ctx, b)
 }
 
 // WriteRaw writes b as one message, unchecked, through the client's
 // serialized write side (an answer to it goes to Handle).
-func (c *Client) WriteRaw(ctx context.Context, b []byte) error { return c.write(ctx, b, false) }
+func (c *Client) WriteRaw(ctx context.Context, b []byte) error { return c.write(ctx, b) }
 
 // WithWriter runs fn while holding the write side, for what WriteRaw
 // cannot express (a test's binary websocket frame on its own transport).
@@ -339,27 +339,24 @@ func (c *Client) release() { c.wtok <- struct{}{} }
 // write sends one frame. A caller that finds the write side free (and no
 // frame queued before it) writes and flushes directly, saving a goroutine
 // hop; otherwise, in reader mode, the frame joins the writer goroutine's
-// queue (queue false waits for the write side instead, as inline mode
-// always does). A write in progress is never interrupted by ctx (it would
-// tear a frame); a write error fails the client.
-func (c *Client) write(ctx context.Context, frame []byte, queue bool) error {
-	if c.opts.Inline || !queue {
+// queue, and in inline mode the caller waits for the write side. Frames of
+// successive writes reach the transport in that order. A write in
+// progress is never interrupted by ctx (it would tear a frame); a write
+// error fails the client.
+func (c *Client) write(ctx context.Context, frame []byte) error {
+	if c.opts.Inline {
 		if err := c.acquire(ctx); err != nil {
 			return err
 		}
-		if c.queued.Load() == 0 || c.opts.Inline {
+		return c.writeHeld(frame)
+	}
+	select {
+	case <-c.wtok: // nobody is writing: write here
+		if c.queued.Load() == 0 {
 			return c.writeHeld(frame)
 		}
 		c.release()
-	} else {
-		select {
-		case <-c.wtok: // nobody is writing: write here
-			if c.queued.Load() == 0 {
-				return c.writeHeld(frame)
-			}
-			c.release()
-		default:
-		}
+	default:
 	}
 	c.queued.Add(1)
 	select {
@@ -449,12 +446,17 @@ func (c *Client) dispatch(data []byte, want string) (r Response, ok bool) {
 				return r, true
 			}
 		} else {
+			// Delivered under mu (the channel has room for the one answer),
+			// so that Abandon either finds it delivered or sends it to
+			// Handle: an answer is never lost between the two.
 			c.mu.Lock()
 			ch := c.pending[key]
 			delete(c.pending, key)
-			c.mu.Unlock()
 			if ch != nil {
 				ch <- r
+			}
+			c.mu.Unlock()
+			if ch != nil {
 				return r, false
 			}
 		}
