@@ -340,20 +340,22 @@ func (c *Client) release() { c.wtok <- struct{}{} }
 // frame queued before it) writes and flushes directly, saving a goroutine
 // hop; otherwise, in reader mode, the frame joins the writer goroutine's
 // queue, and in inline mode the caller waits for the write side. Frames of
-// successive writes reach the transport in that order. A write in
-// progress is never interrupted by ctx (it would tear a frame); a write
-// error fails the client.
+// successive writes reach the transport in that order. In reader mode a
+// write in progress is never interrupted by ctx (it would tear a frame);
+// in inline mode the ctx bounds it. A write error fails the client.
 func (c *Client) write(ctx context.Context, frame []byte) error {
 	if c.opts.Inline {
 		if err := c.acquire(ctx); err != nil {
 			return err
 		}
-		return c.writeHeld(frame)
+		// The caller's ctx bounds the write itself too: inline mode fails
+		// the client when a ctx ends mid-exchange anyway.
+		return c.writeHeld(ctx, frame)
 	}
 	select {
 	case <-c.wtok: // nobody is writing: write here
 		if c.queued.Load() == 0 {
-			return c.writeHeld(frame)
+			return c.writeHeld(context.Background(), frame)
 		}
 		c.release()
 	default:
@@ -373,8 +375,8 @@ func (c *Client) write(ctx context.Context, frame []byte) error {
 
 // writeHeld writes and flushes frame; the caller holds the token, which
 // it gives back.
-func (c *Client) writeHeld(frame []byte) error {
-	err := c.t.WriteMessage(context.Background(), frame)
+func (c *Client) writeHeld(ctx context.Context, frame []byte) error {
+	err := c.t.WriteMessage(ctx, frame)
 	if err == nil {
 		err = c.t.Flush()
 	}

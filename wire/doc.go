@@ -80,11 +80,12 @@
 // write error) fails every pending and later call with an error wrapping
 // [ErrConnectionLost] and the transport's error (errors.Is finds both);
 // after Close, [ErrClientClosed]. An error answer is an [*Error]. A
-// call's ctx bounds its wait for the write side and for its answer; a
-// write in progress is never interrupted (it would tear a frame), so a
-// peer that stops reading blocks writers until Close. In reader mode a ctx
-// that ends abandons only that call (its late answer goes to Handle); in
-// inline mode it fails the whole client, because the answer's place in
+// call's ctx bounds its wait for the write side and for its answer. In
+// reader mode a write in progress is never interrupted (it would tear a
+// frame), so a peer that stops reading blocks writers until Close, and a
+// ctx that ends abandons only that call (its late answer goes to Handle).
+// In inline mode the ctx bounds the write and the read too, and a ctx that
+// ends during them fails the whole client, because the answer's place in
 // the stream is lost (the transport is closed, as a websocket would be).
 //
 // # Backpressure
