@@ -446,3 +446,43 @@ func TestClientRawWrites(t *testing.T) {
 		t.Fatalf("call after Close: %v", err)
 	}
 }
+
+// BenchmarkClientRoundTrip measures one call through the core over
+// MemPipe against an echo loop: with the reader goroutine (its answer is
+// handed over) and inline (the caller reads it).
+func BenchmarkClientRoundTrip(b *testing.B) {
+	for _, inline := range []bool{false, true} {
+		name := "reader"
+		if inline {
+			name = "inline"
+		}
+		b.Run(name, func(b *testing.B) {
+			ct, st := wiretest.MemPipe(1)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					msg, err := st.ReadMessage(context.Background())
+					if err != nil {
+						return
+					}
+					m, _ := wire.Decode(msg)
+					out, _ := wire.AppendResult(nil, m.ID, nil)
+					if st.WriteMessage(context.Background(), out) != nil {
+						return
+					}
+				}
+			}()
+			c := wire.NewClient(ct, wire.ClientOptions{Inline: inline})
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.Call(context.Background(), "m", nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			c.Close()
+			st.Close()
+			<-done
+		})
+	}
+}
