@@ -87,7 +87,7 @@ func TestConnectionPanicIsIsolated(t *testing.T) {
 	for {
 		client, server := memPipe()
 		go func() { _ = sup.ServeConn(context.Background(), server, ConnOptions{Resumable: true}) }()
-		c = &rawClient{t: t, tr: client}
+		c = newRawClient(t, client)
 		t.Cleanup(func() { client.Close() })
 		r := c.call("initialize", map[string]any{"resumeSessionId": sid})
 		if r.Error == nil {

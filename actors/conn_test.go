@@ -20,13 +20,50 @@ type memTransport = wiretest.MemTransport
 
 func memPipe() (*memTransport, *memTransport) { return wiretest.MemPipe(1024) }
 
-// rawClient speaks JSON to a connection actor over a memTransport.
+// rawClient speaks JSON to a connection actor over a memTransport, on an
+// inline client core (wire.Client): each call reads until its own answer
+// on the test's goroutine; what comes first is kept (notifications in
+// notes, in order). Tests may still read tr directly between calls (the
+// core has no reader goroutine).
 type rawClient struct {
 	t       *testing.T
 	tr      *memTransport
-	nextID  int
+	core    *wire.Client
+	inbox   []map[string]any // messages read by the core and not taken yet
 	notes   []map[string]any
 	session string // set by helpers that keep the initialize result
+}
+
+func newRawClient(t *testing.T, tr *memTransport) *rawClient {
+	c := &rawClient{t: t, tr: tr}
+	c.core = wire.NewClient(tr, wire.ClientOptions{Inline: true, Handle: c.handle, Malformed: c.malformed})
+	return c
+}
+
+// handle keeps a message the core read that is not the answer in progress.
+func (c *rawClient) handle(m wire.Message) {
+	out := map[string]any{}
+	if m.ID != nil {
+		var id any
+		_ = json.Unmarshal(m.ID, &id)
+		out["id"] = id
+	}
+	if m.Method != "" {
+		out["method"] = m.Method
+	}
+	for k, raw := range map[string]json.RawMessage{"params": m.Params, "result": m.Result, "error": m.Error} {
+		if raw != nil {
+			var v any
+			_ = json.Unmarshal(raw, &v)
+			out[k] = v
+		}
+	}
+	c.inbox = append(c.inbox, out)
+}
+
+func (c *rawClient) malformed(data []byte, _ *wire.Error) {
+	c.t.Errorf("bad JSON %q", data)
+	c.inbox = append(c.inbox, map[string]any{"malformed": string(data)})
 }
 
 type rpcReply struct {
@@ -53,7 +90,7 @@ func serveMem(t *testing.T, sup *Supervisor, opts ConnOptions) (c *rawClient, do
 			t.Error("connection actor did not end")
 		}
 	})
-	return &rawClient{t: t, tr: client}, ended
+	return newRawClient(t, client), ended
 }
 
 func startConn(t *testing.T, sup *Supervisor, resumable bool) *rawClient {
@@ -65,7 +102,7 @@ func startConn(t *testing.T, sup *Supervisor, resumable bool) *rawClient {
 }
 
 func (c *rawClient) send(s string) {
-	if err := c.tr.WriteMessage(context.Background(), []byte(s)); err != nil {
+	if err := c.core.WriteRaw(context.Background(), []byte(s)); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -73,46 +110,45 @@ func (c *rawClient) send(s string) {
 // call sends a request and returns its reply, keeping notifications.
 func (c *rawClient) call(method string, params any) rpcReply {
 	c.t.Helper()
-	c.nextID++
-	id := c.nextID
-	b, _ := json.Marshal(map[string]any{"id": id, "method": method, "params": params})
-	c.send(string(b))
-	for {
-		m := c.recv()
-		if m["method"] != nil {
-			c.notes = append(c.notes, m)
-			continue
-		}
-		if fmt.Sprint(m["id"]) != fmt.Sprint(id) {
-			continue
-		}
-		var r rpcReply
-		raw, _ := json.Marshal(m)
-		_ = json.Unmarshal(raw, &r)
-		return r
-	}
-}
-
-func (c *rawClient) recv() map[string]any {
-	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	done := make(chan struct{})
-	var msg []byte
-	var err error
-	go func() { msg, err = c.tr.ReadMessage(ctx); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		c.t.Fatal("no message within 15s")
-	}
+	b, _ := json.Marshal(params)
+	p, err := c.core.Go(ctx, method, json.RawMessage(b))
 	if err != nil {
-		c.t.Fatalf("read: %v", err)
+		c.t.Fatalf("call %s: %v", method, err)
 	}
-	var m map[string]any
-	if err := json.Unmarshal(msg, &m); err != nil {
-		c.t.Fatalf("bad JSON %q", msg)
+	resp, err := p.Wait(ctx)
+	if err != nil {
+		c.t.Fatalf("call %s: %v", method, err)
 	}
+	for _, m := range c.inbox {
+		if m["method"] != nil {
+			c.notes = append(c.notes, m)
+		}
+	}
+	c.inbox = nil
+	var r rpcReply
+	r.Result = resp.Result
+	if resp.Error != nil {
+		r.Error = &wire.Error{}
+		_ = json.Unmarshal(resp.Error, r.Error)
+	}
+	return r
+}
+
+// recv returns the next message (kept or new).
+func (c *rawClient) recv() map[string]any {
+	c.t.Helper()
+	for len(c.inbox) == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		err := c.core.Poll(ctx)
+		cancel()
+		if err != nil {
+			c.t.Fatalf("read: %v", err)
+		}
+	}
+	m := c.inbox[0]
+	c.inbox = c.inbox[1:]
 	return m
 }
 
@@ -262,7 +298,7 @@ func TestAppServerProcessesDieWithConnection(t *testing.T) {
 	client, server := memPipe()
 	done := make(chan struct{})
 	go func() { _ = sup.ServeConn(context.Background(), server, ConnOptions{Resumable: true}); close(done) }()
-	c := &rawClient{t: t, tr: client}
+	c := newRawClient(t, client)
 	c.call("initialize", map[string]any{})
 	c.send(`{"method":"initialized"}`)
 	pidFile := filepath.Join(t.TempDir(), "pid")

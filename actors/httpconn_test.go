@@ -297,7 +297,7 @@ func serveRaw(t *testing.T, sup *Supervisor, client, server *memTransport) *rawC
 			t.Error("connection actor did not end")
 		}
 	})
-	return &rawClient{t: t, tr: client}
+	return newRawClient(t, client)
 }
 
 // A streamed body to a client that does not read is held back by the

@@ -88,7 +88,7 @@ func startGated(t *testing.T, sup *Supervisor, resumable bool) (*rawClient, *gat
 			t.Error("connection actor did not end")
 		}
 	})
-	c := &rawClient{t: t, tr: client}
+	c := newRawClient(t, client)
 	res := c.call("initialize", map[string]any{"clientName": "test"})
 	mustOK(t, res)
 	var init struct{ SessionID string }

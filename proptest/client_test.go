@@ -33,13 +33,17 @@ type note struct {
 	ExitCode  *int        `json:"exitCode"`
 }
 
-// rpcClient speaks the protocol over any wire.Transport. Its reader
-// goroutine routes responses by id and logs notifications; it ends when the
-// transport fails or is closed.
+// rpcClient speaks the protocol over any wire.Transport, on the client
+// core (wire.Client): the core owns the reader, the write side and the
+// latch; this client's Peek handler sees every message first and does the
+// correlation itself, because checking the server means seeing every
+// response (a second answer to an id, an answer to an id never sent),
+// which the core's own table would hide. It logs notifications; it ends
+// when the transport fails or is closed.
 type rpcClient struct {
-	tr     wire.Transport
+	core   *wire.Client
 	nextID int64
-	done   chan struct{}
+	done   <-chan struct{} // the core's latch: the connection has ended
 
 	mu       sync.Mutex
 	pending  map[string]chan inMsg
@@ -47,55 +51,47 @@ type rpcClient struct {
 	notes    []note
 	problems []string // protocol violations seen by the reader
 	changed  chan struct{}
-	readErr  error
 }
 
 func newRPCClient(tr wire.Transport, firstID int64) *rpcClient {
-	c := &rpcClient{tr: tr, nextID: firstID, done: make(chan struct{}), pending: map[string]chan inMsg{}, answered: map[string]bool{}, changed: make(chan struct{})}
-	go c.readLoop()
+	c := &rpcClient{nextID: firstID, pending: map[string]chan inMsg{}, answered: map[string]bool{}, changed: make(chan struct{})}
+	c.core = wire.NewClient(tr, wire.ClientOptions{Peek: c.peek})
+	c.done = c.core.Done()
 	return c
 }
 
-func (c *rpcClient) readLoop() {
-	defer close(c.done)
-	for {
-		b, err := c.tr.ReadMessage(context.Background())
-		if err != nil {
-			c.mu.Lock()
-			c.readErr = err
-			c.mu.Unlock()
-			return
-		}
-		var m inMsg
-		if err := json.Unmarshal(b, &m); err != nil {
-			c.problem("undecodable message %q: %v", b, err)
-			continue
-		}
-		c.mu.Lock()
-		if m.Method != "" {
-			n := note{Method: m.Method}
-			if err := json.Unmarshal(m.Params, &n); err != nil {
-				c.problems = append(c.problems, fmt.Sprintf("bad notification %q: %v", b, err))
-			}
-			c.notes = append(c.notes, n)
-		} else {
-			key := string(m.ID)
-			ch, ok := c.pending[key]
-			switch {
-			case c.answered[key]:
-				c.problems = append(c.problems, fmt.Sprintf("second response for id %s", key))
-			case !ok:
-				c.problems = append(c.problems, fmt.Sprintf("response for an id never sent on this connection: %s", b))
-			default:
-				c.answered[key] = true
-				delete(c.pending, key)
-				ch <- m
-			}
-		}
-		close(c.changed)
-		c.changed = make(chan struct{})
-		c.mu.Unlock()
+// peek handles every inbound message (the core decodes nothing).
+func (c *rpcClient) peek(b []byte) bool {
+	var m inMsg
+	if err := json.Unmarshal(b, &m); err != nil {
+		c.problem("undecodable message %q: %v", b, err)
+		return true
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m.Method != "" {
+		n := note{Method: m.Method}
+		if err := json.Unmarshal(m.Params, &n); err != nil {
+			c.problems = append(c.problems, fmt.Sprintf("bad notification %q: %v", b, err))
+		}
+		c.notes = append(c.notes, n)
+	} else {
+		key := string(m.ID)
+		ch, ok := c.pending[key]
+		switch {
+		case c.answered[key]:
+			c.problems = append(c.problems, fmt.Sprintf("second response for id %s", key))
+		case !ok:
+			c.problems = append(c.problems, fmt.Sprintf("response for an id never sent on this connection: %s", b))
+		default:
+			c.answered[key] = true
+			delete(c.pending, key)
+			ch <- m
+		}
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+	return true
 }
 
 func (c *rpcClient) problem(format string, args ...any) {
@@ -125,10 +121,7 @@ func (c *rpcClient) Send(method string, params any) (chan inMsg, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stepWait)
 	defer cancel()
-	if err := c.tr.WriteMessage(ctx, b); err != nil {
-		return ch, err
-	}
-	return ch, c.tr.Flush()
+	return ch, c.core.WriteRaw(ctx, b)
 }
 
 // Notify writes a notification.
@@ -139,7 +132,7 @@ func (c *rpcClient) Notify(method string, params any) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stepWait)
 	defer cancel()
-	return c.tr.WriteMessage(ctx, b)
+	return c.core.WriteRaw(ctx, b)
 }
 
 // Await waits up to d for the answer on ch.
@@ -182,11 +175,7 @@ func (c *rpcClient) Call(method string, params, out any, d time.Duration) (*wire
 	return nil, nil
 }
 
-func (c *rpcClient) ReadErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.readErr
-}
+func (c *rpcClient) ReadErr() error { return c.core.Err() }
 
 // Notes returns the notifications for one process, in arrival order.
 func (c *rpcClient) Notes(pid string) []note {
@@ -223,10 +212,7 @@ func (c *rpcClient) WaitNotes(pid string, d time.Duration, pred func([]note) boo
 }
 
 // Close closes the transport and waits for the reader.
-func (c *rpcClient) Close() {
-	_ = c.tr.Close()
-	<-c.done
-}
+func (c *rpcClient) Close() { c.core.Close() }
 
 // handshake sends initialize (resuming sid if not empty) and initialized.
 func (c *rpcClient) handshake(sid string) (string, error) {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -94,11 +95,14 @@ type Client struct {
 	dial func(ctx context.Context) (wire.Transport, error) // nil: cannot reconnect
 
 	mbox     chan clientMsg // to run; bounded, senders select on done
-	outbound chan []byte    // request frames for the current writer
-	failed   chan struct{}  // closed by run when the latch fires
-	cause    error          // written by run before failed is closed
-	done     chan struct{}  // closed when run returns
-	wg       sync.WaitGroup
+	outbound chan []byte    // request frames for the next connection's pump (none usable now) and resends
+	// cur is the connection callers write their requests on directly (the
+	// core serializes writes); written only by run (nil while none is usable).
+	cur    atomic.Pointer[wire.Client]
+	failed chan struct{} // closed by run when the latch fires
+	cause  error         // written by run before failed is closed
+	done   chan struct{} // closed when run returns
+	wg     sync.WaitGroup
 
 	*fsImpl // the FileSystem methods, over this connection
 
@@ -205,9 +209,12 @@ func connect(ctx context.Context, o ClientOptions, dial func(context.Context) (w
 	return c, nil
 }
 
-// handshake runs initialize/initialized synchronously on a fresh transport,
-// before its reader starts. A resume retries while the server still sees
-// the old connection (-32010).
+// handshake runs initialize/initialized synchronously on a fresh transport
+// with an inline client core (it reads on this goroutine; nothing else
+// reads yet), before the connection's reader core starts. The inline core
+// holds no goroutine and is dropped without Close, which would close t;
+// on failure the caller closes t. A ctx that ends during the read closes
+// t (the inline core's rule), as the answer cannot arrive any more.
 func handshake(ctx context.Context, t wire.Transport, name, resume string) (wire.InitializeResult, error) {
 	var res wire.InitializeResult
 	// The client acknowledges output (client_ack.go) when the server
@@ -216,42 +223,41 @@ func handshake(ctx context.Context, t wire.Transport, name, resume string) (wire
 	if resume != "" {
 		params.ResumeSessionID = &resume
 	}
-	frame, _ := wire.AppendRequest(nil, wire.IntID(0), wire.MethodInitialize, params)
-	if err := t.WriteMessage(ctx, frame); err != nil {
-		return res, err
+	core := wire.NewClient(t, wire.ClientOptions{Inline: true})
+	p, err := core.GoID(ctx, wire.IntID(0), wire.MethodInitialize, params)
+	if err != nil {
+		return res, unwrapLost(err)
 	}
-	if err := t.Flush(); err != nil {
-		return res, err
+	resp, err := p.Wait(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		return res, unwrapLost(err)
 	}
-	for {
-		// The ctx bounds the wait; the transport is closed by the caller on failure.
-		stop := context.AfterFunc(ctx, func() { t.Close() })
-		data, err := t.ReadMessage(ctx)
-		stop()
-		if err != nil {
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			return res, err
-		}
-		msg, perr := wire.Decode(data)
-		if perr != nil || msg.Kind != wire.KindResponse || string(msg.ID) != "0" {
-			continue // not ours (cannot happen before initialized, but be lenient)
-		}
-		if len(msg.Error) > 0 {
-			var e RPCError
-			_ = json.Unmarshal(msg.Error, &e)
-			return res, &e
-		}
-		if err := json.Unmarshal(msg.Result, &res); err != nil {
-			return res, fmt.Errorf("bad initialize result: %w", err)
-		}
-		note, _ := wire.AppendNotification(nil, wire.MethodInitialized, struct{}{})
-		if err := t.WriteMessage(ctx, note); err != nil {
-			return res, err
-		}
-		return res, t.Flush()
+	if len(resp.Error) > 0 {
+		var e RPCError
+		_ = json.Unmarshal(resp.Error, &e)
+		return res, &e
 	}
+	if err := json.Unmarshal(resp.Result, &res); err != nil {
+		return res, fmt.Errorf("bad initialize result: %w", err)
+	}
+	if err := core.Notify(ctx, wire.MethodInitialized, struct{}{}); err != nil {
+		return res, unwrapLost(err)
+	}
+	return res, nil
+}
+
+// unwrapLost returns the transport's own error of a core failure (the
+// handshake reports what the transport said, as before the core).
+func unwrapLost(err error) error {
+	if u, ok := err.(interface{ Unwrap() []error }); ok && errors.Is(err, wire.ErrConnectionLost) {
+		if errs := u.Unwrap(); len(errs) == 2 {
+			return errs[1]
+		}
+	}
+	return err
 }
 
 // SessionID returns the server's session id.
@@ -323,15 +329,9 @@ func (c *Client) callRawResent(ctx context.Context, method string, params any) (
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
-	select {
-	case c.outbound <- frame:
-	case r := <-reply:
-		return r.result, r.resent, r.err
-	case <-c.failed:
-		return nil, false, c.cause
-	case <-ctx.Done():
+	if err := c.send(ctx, frame); err != nil {
 		c.toActor(cancelCallMsg{id: id})
-		return nil, false, ctx.Err()
+		return nil, false, err
 	}
 	select {
 	case r := <-reply:
@@ -341,6 +341,29 @@ func (c *Client) callRawResent(ctx context.Context, method string, params any) (
 	case <-ctx.Done():
 		c.toActor(cancelCallMsg{id: id})
 		return nil, false, ctx.Err()
+	}
+}
+
+// send writes a registered request: directly on the current connection
+// when the write side is free (the core's direct write: no goroutine hop),
+// else through the core's writer, or, while no connection is usable,
+// through c.outbound for the next one. It fails only with the ctx's error:
+// a frame lost with a failing connection is resent by the actor after a
+// reconnect (it is pending), or the call gets the latched failure.
+func (c *Client) send(ctx context.Context, frame []byte) error {
+	if core := c.cur.Load(); core != nil {
+		if err := core.WriteRaw(ctx, frame); err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return nil
+	}
+	select {
+	case c.outbound <- frame:
+		return nil
+	case <-c.failed:
+		return nil // the caller's wait returns the cause
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

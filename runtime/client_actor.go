@@ -14,9 +14,15 @@ import (
 )
 
 // The Client's actor: one goroutine (clientState.run) owns the pending
-// calls, the transport of the moment and the view of each process; a
-// reader and a writer goroutine per transport talk to it by message, and
-// reconnect runs beside it after a transport failure.
+// calls, the connection of the moment and the view of each process. Each
+// connection is a client core (wire.Client) in reader mode: its reader
+// hands the actor every inbound message (output notifications through the
+// Peek fast path), a watcher reports the core's failure, and a pump moves
+// frames queued while no connection was usable (during a reconnect, and
+// the resends after one). The actor, not the core, correlates answers:
+// its pending calls outlive a connection (they are resent on the next
+// one), so the cores are used without their own pending tables. reconnect
+// runs beside the actor after a connection failure.
 
 // clientMsg is the closed set of messages the client actor handles.
 type clientMsg interface{ isClientMsg() }
@@ -113,64 +119,59 @@ type clientState struct {
 	c            *Client
 	pending      map[int64]*pendingCall
 	procs        map[string]*rproc
-	t            wire.Transport
+	core         *wire.Client // the connection of generation gen
 	gen          int
-	stopIO       chan struct{} // closed to stop the current writer
+	stopIO       chan struct{} // closed to stop the current pump
 	reconnecting bool
 	latched      bool
 	ackDue       map[string]*rproc // processes with output not acknowledged yet (client_ack.go)
 	ackTimer     *time.Timer       // armed while ackDue is not empty
 }
 
+// attach starts generation gen+1 on t: a client core whose handlers send
+// to the actor (tagged with the generation, so that a stale connection's
+// messages are dropped), published in c.cur for callers' direct writes.
 func (st *clientState) attach(t wire.Transport) {
 	st.gen++
-	st.t = t
 	st.stopIO = make(chan struct{})
 	gen, stop, c := st.gen, st.stopIO, st.c
-	c.wg.Go(func() { c.readLoop(t, gen) })
-	c.wg.Go(func() { c.writeLoop(t, gen, stop) })
-}
-
-func (c *Client) readLoop(t wire.Transport, gen int) {
-	for {
-		data, err := t.ReadMessage(context.Background())
-		if err != nil {
-			c.toActor(transportLostMsg{gen: gen, err: err})
-			return
-		}
-		if n, ok := wire.ParseOutputNotification(data); ok {
-			// The hot path: no encoding/json for output chunks.
-			if !c.toActor(outputMsg{gen: gen, n: n}) {
-				return
+	core := wire.NewClient(t, wire.ClientOptions{
+		Peek: func(data []byte) bool {
+			n, ok := wire.ParseOutputNotification(data)
+			if ok { // the hot path: no encoding/json for output chunks
+				c.toActor(outputMsg{gen: gen, n: n})
 			}
-			continue
-		}
-		msg, perr := wire.Decode(data)
-		if perr != nil {
+			return ok
+		},
+		Handle: func(m wire.Message) { c.toActor(inboundMsg{gen: gen, msg: m}) },
+		Malformed: func(_ []byte, perr *wire.Error) {
 			c.log.Warn("undecodable message from server", zap.String("error", perr.Message))
-			continue
-		}
-		if !c.toActor(inboundMsg{gen: gen, msg: msg}) {
-			return
-		}
-	}
+		},
+	})
+	st.core = core
+	c.cur.Store(core)
+	c.wg.Go(func() {
+		<-core.Done()
+		c.toActor(transportLostMsg{gen: gen, err: core.Err()})
+		core.Close() // waits for the core's reader, which may be handing the actor a message
+	})
+	c.wg.Go(func() { c.pump(core, stop) })
 }
 
-func (c *Client) writeLoop(t wire.Transport, gen int, stop <-chan struct{}) {
+// pump writes the frames of c.outbound (queued while no connection was
+// usable, and resends) on core until the generation ends. A frame taken
+// when the core has failed is resent by the next generation's resume, as
+// every unanswered request is.
+func (c *Client) pump(core *wire.Client, stop <-chan struct{}) {
 	for {
 		select {
 		case f := <-c.outbound:
-			if err := t.WriteMessage(context.Background(), f); err != nil {
-				c.toActor(transportLostMsg{gen: gen, err: err})
+			if core.WriteRaw(context.Background(), f) != nil {
 				return
 			}
-			if len(c.outbound) == 0 {
-				if err := t.Flush(); err != nil {
-					c.toActor(transportLostMsg{gen: gen, err: err})
-					return
-				}
-			}
 		case <-stop:
+			return
+		case <-core.Done():
 			return
 		}
 	}
@@ -212,7 +213,8 @@ func (st *clientState) run() {
 				continue
 			}
 			close(st.stopIO)
-			st.t.Close()
+			c.cur.Store(nil)
+			st.core.Fail(m.err)
 			if !c.opts.Reconnect || c.dial == nil {
 				st.latch(fmt.Errorf("%w: %v", ErrDisconnected, m.err))
 				return
@@ -237,7 +239,8 @@ func (st *clientState) run() {
 			if !st.reconnecting {
 				close(st.stopIO)
 			}
-			st.t.Close()
+			c.cur.Store(nil)
+			st.core.Fail(wire.ErrClientClosed)
 			st.latch(ErrClosed)
 			return
 		case registerProcMsg:

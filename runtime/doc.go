@@ -72,7 +72,9 @@
 // goroutines. An [EventStream] is read by one goroutine at a time. Local
 // runs the actors of package actors in this process; Client runs one actor
 // goroutine that owns its pending calls and its view of each process, plus
-// one reader and one writer goroutine per transport. A CertReloader has
+// one client core (wire.Client: a reader and a writer goroutine) per
+// connection, a watcher of the core's failure and a pump of requests
+// queued while no connection was usable. A CertReloader has
 // one goroutine (Run) that loads pairs; TLS handshakes read the current
 // pair through an atomic pointer. The metrics are Prometheus collectors,
 // safe for concurrent use; the actors call them through the

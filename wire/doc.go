@@ -24,7 +24,23 @@
 // [ErrProcessFailed], -32603).
 // environment.go holds environmentInfo and [Capabilities], the struct of
 // booleans that the server fills and [Capabilities.Map] turns into the
-// capabilities map (every known name present). Transports are created with [NewStdioTransport],
+// capabilities map (every known name present).
+//
+// [Client] is the one JSON-RPC 2.0 client core of the project (the
+// runtime's remote client, the bench, the test harnesses): [NewClient] on
+// a Transport, then [Client.Call] (or [Client.Go] and [PendingCall.Wait]
+// to pipeline), [Client.Notify], [Client.WriteRaw] / [Client.WithWriter]
+// for raw frames through the same write side, [Client.Close]. Inbound
+// messages that are not the answer to a pending call go to the handlers
+// of [ClientOptions]: Peek (the bytes, first; it may take a message
+// without a decode), Handle (decoded notifications, server requests,
+// answers nobody waits for) and Malformed. [ClientOptions].Inline selects
+// inline mode: no reader goroutine; a call reads on the caller's
+// goroutine until its own answer, handing what comes first to the
+// handlers, one call at a time ([ErrInlineBusy] otherwise); [Client.Poll]
+// reads one message between calls.
+//
+// Transports are created with [NewStdioTransport],
 // [AcceptWebsocket] (a server's upgrade: byte-level write progress and a
 // bounded close handshake), [NewWebsocketTransport] or [DialWebsocket];
 // [CloseWithReason] ends one with a websocket close frame (the Close*
@@ -33,10 +49,21 @@
 //
 // # Concurrency
 //
-// Everything except transports is pure and goroutine-free. A [Transport]
-// has one reader goroutine (ReadMessage) and one writer goroutine
-// (WriteMessage, Flush); Close may be called from any goroutine, any number
-// of times, and unblocks both.
+// Everything except transports and the client core is pure and
+// goroutine-free. A [Transport] has one reader goroutine (ReadMessage) and
+// one writer goroutine (WriteMessage, Flush); Close may be called from any
+// goroutine, any number of times, and unblocks both.
+//
+// A [Client] in reader mode has a reader and a writer goroutine (both end
+// when the transport fails or Close is called); its methods may be called
+// from any goroutine. Writes are serialized by a one-slot token: a caller
+// that finds it free, with nothing queued before it, writes and flushes
+// itself (no goroutine hop); otherwise its frame joins the writer
+// goroutine's queue; frames of successive calls keep their order. The
+// handlers run on the reading goroutine, one message at a time, in
+// arrival order. An inline client has no goroutine: one call (or Poll) at
+// a time reads on its caller's goroutine, which runs the handlers; a
+// second concurrent call fails with [ErrInlineBusy] rather than wait.
 //
 // # Failure semantics
 //
@@ -48,6 +75,18 @@
 // over the limit (64 MiB by default) is an error wrapping [ErrMessageTooBig]:
 // the stdio transport discards that line and stays usable; the websocket
 // transport is closed by coder/websocket with status 1009.
+//
+// The client core latches its first failure: the transport's end (or a
+// write error) fails every pending and later call with an error wrapping
+// [ErrConnectionLost] and the transport's error (errors.Is finds both);
+// after Close, [ErrClientClosed]. An error answer is an [*Error]. A
+// call's ctx bounds its wait for the write side and for its answer. In
+// reader mode a write in progress is never interrupted (it would tear a
+// frame), so a peer that stops reading blocks writers until Close, and a
+// ctx that ends abandons only that call (its late answer goes to Handle).
+// In inline mode the ctx bounds the write and the read too, and a ctx that
+// ends during them fails the whole client, because the answer's place in
+// the stream is lost (the transport is closed, as a websocket would be).
 //
 // # Backpressure
 //
@@ -61,4 +100,14 @@
 // CloseWith takes at most a second whatever the peer does. The stdio transport buffers writes until Flush, which the
 // connection's writer calls whenever its queues are empty, so bursts of
 // small messages share system calls.
+//
+// The client core's handlers run on the reading goroutine: a slow handler
+// stops the reading, so the transport (and behind it the server's
+// outbound queue and slow-consumer rule) holds what follows; no message
+// is dropped, and one that no handler takes (Handle or Malformed nil) is
+// counted by [Client.Ignored]. A handler that hands messages on (the
+// runtime's actor mailbox) passes this backpressure along. Frames of
+// callers that find the write side busy wait in a queue of
+// [ClientOptions].WriteQueue (256) frames; beyond it callers wait,
+// bounded by their ctx.
 package wire

@@ -178,7 +178,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "runtimed bench:", err)
 		return 1
 	}
-	c, err := newBenchClient(ctx, t, *noDecode)
+	c, err := newBenchClient(ctx, t, *noDecode, false)
 	if err != nil {
 		fmt.Fprintln(stderr, "runtimed bench:", err)
 		return 1

@@ -87,7 +87,7 @@ func runSoak(ctx context.Context, o soakOpts, log io.Writer) (*soakReport, error
 	if err != nil {
 		return nil, err
 	}
-	good, err := newBenchClient(ctx, t, true)
+	good, err := newBenchClient(ctx, t, true, false)
 	if err != nil {
 		return nil, err
 	}

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/runtimed/runtimed/wire"
 )
 
 // NotificationRetention bounds how long an unconsumed notification stays in a client's buffer.
@@ -47,82 +47,90 @@ type Notification struct {
 	ProcessID string
 }
 
-// Client is a raw protocol client. One reader goroutine demultiplexes inbound messages: responses go to
-// the caller waiting for their id (or to an "unclaimed" list), notifications to a buffer the test
-// queries with WaitNotification and friends.
+// Client is a raw protocol client on the project's client core
+// (wire.Client): the core's reader goroutine correlates responses with
+// the callers waiting for their id; everything else is classified by the
+// client's Peek handler: notifications go to a buffer the test queries
+// with WaitNotification and friends, responses nobody waits for to an
+// "unclaimed" list, messages that are not valid envelopes to Garbage.
+//
+// Ownership: notes, unclaimed, garbage, raws and wake are guarded by mu
+// (never held during I/O); the core owns the transport.
 type Client struct {
 	// Server is the server process of a stdio client (nil for websocket clients).
 	Server *Server
 
-	tr     transport
-	nextID atomic.Int64
+	tr   transport
+	core *wire.Client
 
 	mu        sync.Mutex
-	pending   map[string]chan *Message
 	unclaimed []*Message
 	notes     []Notification
 	garbage   [][]byte
-	wake      chan struct{} // closed and replaced whenever something arrives
-	readErr   error
+	raws      map[string][]byte // id key -> the response as received, until its caller takes it
+	wake      chan struct{}     // closed and replaced whenever something arrives
 
-	done       chan struct{}
-	readerDone chan struct{}
-	closeOnce  sync.Once
-	closeErr   error
+	ended     chan struct{} // closed when the core has failed and the waiters were woken
+	closeOnce sync.Once
+	closeErr  error
 }
 
 func newClient(tr transport) *Client {
 	c := &Client{
-		tr:         tr,
-		pending:    map[string]chan *Message{},
-		wake:       make(chan struct{}),
-		done:       make(chan struct{}),
-		readerDone: make(chan struct{}),
+		tr:    tr,
+		raws:  map[string][]byte{},
+		wake:  make(chan struct{}),
+		ended: make(chan struct{}),
 	}
-	c.nextID.Store(100)
-	go c.readLoop()
+	c.core = wire.NewClient(coreTransport{c}, wire.ClientOptions{FirstID: 101, Peek: c.peek, Handle: c.handle, Malformed: c.malformed})
+	go func() {
+		<-c.core.Done()
+		c.mu.Lock()
+		c.broadcastLocked()
+		c.mu.Unlock()
+		close(c.ended)
+	}()
 	return c
 }
 
-func (c *Client) readLoop() {
-	defer close(c.readerDone)
-	ctx := context.Background()
-	for {
-		b, binary, err := c.tr.readMsg(ctx)
-		if err != nil {
-			c.mu.Lock()
-			c.readErr = err
-			c.broadcastLocked()
-			c.mu.Unlock()
-			close(c.done)
-			return
-		}
-		if binary {
-			// The server must always send text frames.
-			c.mu.Lock()
-			c.garbage = append(c.garbage, append([]byte("[binary frame] "), b...))
-			c.mu.Unlock()
-		}
-		c.dispatch(b)
+// coreTransport is the wiretest transport as a wire.Transport; a binary
+// frame (the server must send text) is recorded in Garbage and still
+// dispatched.
+type coreTransport struct{ c *Client }
+
+func (t coreTransport) ReadMessage(ctx context.Context) ([]byte, error) {
+	b, binary, err := t.c.tr.readMsg(ctx)
+	if err == nil && binary {
+		t.c.mu.Lock()
+		t.c.garbage = append(t.c.garbage, append([]byte("[binary frame] "), b...))
+		t.c.mu.Unlock()
 	}
+	return b, err
 }
+
+func (t coreTransport) WriteMessage(ctx context.Context, b []byte) error {
+	return t.c.tr.writeMsg(ctx, b)
+}
+func (t coreTransport) Flush() error { return nil }
+func (t coreTransport) Close() error { t.c.tr.teardown(); return nil }
 
 func (c *Client) broadcastLocked() {
 	close(c.wake)
 	c.wake = make(chan struct{})
 }
 
-func (c *Client) dispatch(b []byte) {
+// peek classifies a message with the harness's own (strict) envelope
+// check; only well-formed responses with an id go on to the core, which
+// hands each to its caller or to handle.
+func (c *Client) peek(b []byte) bool {
 	raw := append([]byte(nil), b...)
 	msg, err := parseMessage(raw)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	defer c.broadcastLocked()
-	if err != nil {
+	switch {
+	case err != nil:
 		c.garbage = append(c.garbage, raw)
-		return
-	}
-	if msg.Method != "" {
+	case msg.Method != "":
 		now := time.Now()
 		// Drop notifications nobody consumed for a long time.
 		i := 0
@@ -134,15 +142,56 @@ func (c *Client) dispatch(b []byte) {
 		}
 		c.notes = append(c.notes, Notification{Method: msg.Method, Params: msg.Params, ID: msg.ID, Received: now,
 			ProcessID: processIDOf(msg.Params)})
-		return
+	case bytes.Equal(bytes.TrimSpace(msg.ID), []byte("null")):
+		c.unclaimed = append(c.unclaimed, msg) // nobody can wait for a null id
+	default:
+		c.raws[idKey(msg.ID)] = raw
+		return false // the core correlates it (a broadcast follows in handle or takeRaw)
 	}
-	key := idKey(msg.ID)
-	if ch, ok := c.pending[key]; ok {
-		delete(c.pending, key)
-		ch <- msg
-		return
+	c.broadcastLocked()
+	return true
+}
+
+// handle receives the responses no caller waits for.
+func (c *Client) handle(m wire.Message) {
+	if m.Kind != wire.KindResponse {
+		return // peek took every request and notification
 	}
-	c.unclaimed = append(c.unclaimed, msg)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := idKey(json.RawMessage(m.ID))
+	raw := c.raws[key]
+	delete(c.raws, key)
+	if msg, err := parseMessage(raw); err == nil {
+		c.unclaimed = append(c.unclaimed, msg)
+	}
+	c.broadcastLocked()
+}
+
+// malformed receives a response peek accepted but the core could not
+// decode (an id it cannot correlate): nobody waits for it.
+func (c *Client) malformed(data []byte, _ *wire.Error) {
+	raw := append([]byte(nil), data...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if msg, err := parseMessage(raw); err == nil {
+		delete(c.raws, idKey(msg.ID))
+		c.unclaimed = append(c.unclaimed, msg)
+	} else {
+		c.garbage = append(c.garbage, raw)
+	}
+	c.broadcastLocked()
+}
+
+// takeRaw returns the response to id as received (a caller's answer).
+func (c *Client) takeRaw(id json.RawMessage) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := idKey(id)
+	raw := c.raws[key]
+	delete(c.raws, key)
+	c.broadcastLocked()
+	return raw
 }
 
 // parseMessage checks the envelope shape: a notification/request has a string method; a response has an
@@ -188,13 +237,17 @@ func idKey(id json.RawMessage) string {
 }
 
 // Done is closed when the connection has ended (the reader saw EOF or an error).
-func (c *Client) Done() <-chan struct{} { return c.done }
+func (c *Client) Done() <-chan struct{} { return c.ended }
 
-// Err is the error that ended the connection (nil while it is open).
+// Err is the error that ended the connection (nil while it is open); it
+// wraps wire.ErrConnectionLost and the transport's error.
 func (c *Client) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.readErr
+	select {
+	case <-c.ended:
+		return c.core.Err()
+	default:
+		return nil
+	}
 }
 
 // Close ends the connection from the client side. For a websocket this is abrupt (no close handshake,
@@ -205,14 +258,16 @@ func (c *Client) Close() error {
 		c.closeErr = c.tr.close()
 		if _, ok := c.tr.(*wsTransport); ok {
 			c.waitReader(StopTimeout)
+			c.core.Close()
 		}
 	})
 	return c.closeErr
 }
 
+// waitReader waits, bounded, for the connection's end.
 func (c *Client) waitReader(d time.Duration) {
 	select {
-	case <-c.readerDone:
+	case <-c.ended:
 	case <-time.After(d):
 	}
 }
@@ -233,9 +288,7 @@ func (c *Client) Unclaimed() []*Message {
 }
 
 // NewID returns a fresh integer id.
-func (c *Client) NewID() json.RawMessage {
-	return json.RawMessage(strconv.FormatInt(c.nextID.Add(1), 10))
-}
+func (c *Client) NewID() json.RawMessage { return json.RawMessage(c.core.NewID()) }
 
 func encodeEnvelope(id json.RawMessage, method string, params any) ([]byte, error) {
 	var buf bytes.Buffer
@@ -289,10 +342,9 @@ func (c *Client) Request(ctx context.Context, id json.RawMessage, method string,
 // Pending is a request that has been sent and whose response has not been awaited yet.
 type Pending struct {
 	c      *Client
+	p      *wire.PendingCall
 	id     json.RawMessage
-	key    string
 	method string
-	ch     chan *Message
 }
 
 // CallAsync sends a request with a fresh integer id and returns without waiting for the response, so
@@ -315,50 +367,27 @@ func (c *Client) send(ctx context.Context, id json.RawMessage, method string, pa
 	if err != nil {
 		return nil, err
 	}
-	p := &Pending{c: c, id: id, key: idKey(id), method: method, ch: make(chan *Message, 1)}
-	c.mu.Lock()
-	if _, dup := c.pending[p.key]; dup {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("wiretest: id %s is already in flight", id)
-	}
-	c.pending[p.key] = p.ch
-	c.mu.Unlock()
-	if err := c.tr.writeMsg(ctx, b); err != nil {
-		p.abandon()
+	p, err := c.core.GoFrame(ctx, wire.ID(id), b)
+	if err != nil {
 		return nil, fmt.Errorf("wiretest: send %s (id %s): %w", method, id, err)
 	}
-	return p, nil
-}
-
-func (p *Pending) abandon() {
-	p.c.mu.Lock()
-	if p.c.pending[p.key] == p.ch {
-		delete(p.c.pending, p.key)
-	}
-	p.c.mu.Unlock()
+	return &Pending{c: c, p: p, id: id, method: method}, nil
 }
 
 func (p *Pending) wait(ctx context.Context) (*Message, error) {
-	select {
-	case m := <-p.ch:
-		return m, nil
-	case <-ctx.Done():
-		p.abandon()
-		select {
-		case m := <-p.ch:
-			return m, nil
-		default:
+	r, err := p.p.Wait(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("wiretest: no response to %s (id %s): %w", p.method, p.id, err)
 		}
-		return nil, fmt.Errorf("wiretest: no response to %s (id %s): %w", p.method, p.id, ctx.Err())
-	case <-p.c.done:
-		p.abandon()
-		select {
-		case m := <-p.ch:
-			return m, nil
-		default:
-		}
-		return nil, fmt.Errorf("wiretest: connection ended before the response to %s (id %s): %v", p.method, p.id, p.c.Err())
+		return nil, fmt.Errorf("wiretest: connection ended before the response to %s (id %s): %v", p.method, p.id, err)
 	}
+	raw := p.c.takeRaw(json.RawMessage(r.ID))
+	m, perr := parseMessage(raw)
+	if perr != nil { // cannot happen: peek checked it
+		return nil, fmt.Errorf("wiretest: response to %s (id %s): %v", p.method, p.id, perr)
+	}
+	return m, nil
 }
 
 // CallResult calls method and decodes the result into out (if non-nil). A protocol error is returned
@@ -385,14 +414,16 @@ func (c *Client) Notify(ctx context.Context, method string, params any) error {
 	if err != nil {
 		return err
 	}
-	return c.tr.writeMsg(ctx, b)
+	return c.core.WriteRaw(ctx, b)
 }
 
 // SendRaw sends b as one message (a text frame, or one line on stdio) without any checks.
-func (c *Client) SendRaw(ctx context.Context, b []byte) error { return c.tr.writeMsg(ctx, b) }
+func (c *Client) SendRaw(ctx context.Context, b []byte) error { return c.core.WriteRaw(ctx, b) }
 
-// SendBinary sends b as one binary websocket frame (websocket only).
-func (c *Client) SendBinary(ctx context.Context, b []byte) error { return c.tr.writeBinary(ctx, b) }
+// SendBinary sends b as one binary websocket frame (websocket only), through the same write side.
+func (c *Client) SendBinary(ctx context.Context, b []byte) error {
+	return c.core.WithWriter(ctx, func(wire.Transport) error { return c.tr.writeBinary(ctx, b) })
+}
 
 // WaitResponse waits for a response with the given id that no Call is waiting for (for example the
 // `"id": -1` answer to a malformed message, or the answer to a request sent with SendRaw) and removes
@@ -409,7 +440,7 @@ func (c *Client) WaitResponse(ctx context.Context, id json.RawMessage) (*Message
 			}
 		}
 		wake := c.wake
-		ended := c.readErr != nil
+		ended := c.core.Err() != nil
 		c.mu.Unlock()
 		if ended {
 			return nil, fmt.Errorf("wiretest: connection ended while waiting for a response with id %s: %v", id, c.Err())
@@ -441,7 +472,7 @@ func (c *Client) RecvRaw(ctx context.Context) ([]byte, error) {
 			return g, nil
 		}
 		wake := c.wake
-		ended := c.readErr != nil
+		ended := c.core.Err() != nil
 		c.mu.Unlock()
 		if ended {
 			return nil, fmt.Errorf("wiretest: connection ended: %v", c.Err())
@@ -467,7 +498,7 @@ func (c *Client) WaitNotification(ctx context.Context, pred func(method string, 
 			}
 		}
 		wake := c.wake
-		ended := c.readErr != nil
+		ended := c.core.Err() != nil
 		c.mu.Unlock()
 		if ended {
 			return Notification{}, fmt.Errorf("wiretest: connection ended while waiting for a notification: %v", c.Err())
@@ -527,5 +558,5 @@ func (c *Client) Notifications() []Notification {
 func (c *Client) waitChange() (<-chan struct{}, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.wake, c.readErr != nil
+	return c.wake, c.core.Err() != nil
 }

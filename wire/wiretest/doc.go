@@ -1,8 +1,9 @@
 // Package wiretest is a black-box test harness for the runtimed wire protocol (docs/PROTOCOL.md).
 //
 // It builds and runs the real runtimed binary and talks raw JSON to it over a websocket or over the
-// stdio transport. It deliberately imports nothing from the server's own packages, so it checks the
-// protocol as a client sees it.
+// stdio transport. It imports only package wire (its client core, wire.Client, and MemPipe's
+// wire.Transport), nothing of the server, so it checks the protocol as a client sees it; its own
+// strict envelope check classifies every message before the core correlates answers.
 //
 //	bin, _ := wiretest.BuildBinary(dir)                 // once, in TestMain
 //	srv := wiretest.StartWS(t, bin, "--detach-ttl", "1s") // or: c := wiretest.StartStdio(t, bin)
@@ -20,8 +21,10 @@
 //
 // # Concurrency
 //
-// A Client has one reader goroutine that matches responses to callers by id
-// and buffers notifications; its methods may be called from any goroutine.
+// A Client runs on the client core (wire.Client, reader mode): its reader
+// goroutine matches responses to callers by id and the Client's Peek
+// handler buffers notifications; its methods may be called from any
+// goroutine.
 // A Server is a child process; its methods may be called concurrently.
 //
 // # Failure semantics

@@ -154,6 +154,7 @@ func StartStdioArgs(t testing.TB, bin string, args ...string) *Client {
 		srv.Stop()
 		tr.teardown()
 		c.waitReader(StopTimeout)
+		c.core.Close()
 	})
 	return c
 }
