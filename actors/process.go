@@ -216,10 +216,11 @@ func (r *ProcessRef) ReadIdle(after uint64) (ReadReply, bool) {
 	default:
 	}
 	v := r.final.view.Load()
-	// after < v.nextSeq: the view is not older than what this client has
-	// seen (every change it can observe takes a seq, and an answer the
-	// actor gave in the step that made a change, such as a long poll woken
-	// by output, precedes the view's next publication).
+	// The view is never older than what the actor has told any client: it
+	// is published at the top of each step (before a notification goes
+	// out) and before every answer that shows a seq (read answers, a long
+	// poll woken by output mid-step included; Info; Attach). A client
+	// that claims more (after >= v.nextSeq) is sent to the actor.
 	if v == nil || after >= v.nextSeq || v.backlog || v.lastChunk > after || after > v.acked {
 		return ReadReply{}, false
 	}

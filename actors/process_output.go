@@ -339,6 +339,9 @@ func (p *process) readReady(after uint64) bool {
 // a client that took the answer and never reads again (its notifications
 // carry the rest) holds its process back that long at most.
 func (p *process) answerRead(after uint64, maxBytes int, reply chan<- ReadReply) {
+	// The view first: a client that got this answer (a long poll woken
+	// by output, mid-step) and reads again must not meet an older view.
+	p.publishReadView()
 	r := p.readNow(after, maxBytes)
 	if p.backlogFrom != 0 && after < p.backlogFrom && len(r.Chunks) > 0 {
 		if until := p.clock.Now().Add(backlogSentHold); until.Before(p.backlogUntil) {

@@ -98,9 +98,12 @@ func (p *process) handle(m procMsg) {
 			m.reply <- p.sess.Resize(m.rows, m.cols)
 		}
 	case infoMsg:
+		p.publishReadView() // the answer shows nextSeq: no older view after it (see answerRead)
 		m.reply <- p.info()
 	case attachMsg:
-		m.reply <- p.attach(m.sub)
+		seq := p.attach(m.sub)
+		p.publishReadView()
+		m.reply <- seq
 	case subscribeMsg:
 		m.reply <- p.subscribe(m.after, m.capacity)
 	case ackMsg:
