@@ -117,6 +117,7 @@ func readResult(r ReadReply) wire.ReadResult {
 	if r.Exited {
 		code := r.ExitCode
 		out.ExitCode = &code
+		out.Limit = r.Limit
 	}
 	return out
 }

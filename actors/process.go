@@ -94,6 +94,7 @@ type ReadReply struct {
 	NextSeq  uint64
 	Exited   bool
 	ExitCode int
+	Limit    string // the resource limit that ended it, once exited ("" if none)
 	Closed   bool
 }
 
@@ -201,6 +202,7 @@ type readView struct {
 	exited    bool
 	closed    bool
 	exitCode  int
+	limit     string
 }
 
 // ReadIdle answers a read (waitMs 0) after seq after from the actor's last
@@ -224,7 +226,7 @@ func (r *ProcessRef) ReadIdle(after uint64) (ReadReply, bool) {
 	if v == nil || after >= v.nextSeq || v.backlog || v.lastChunk > after || after > v.acked {
 		return ReadReply{}, false
 	}
-	return ReadReply{NextSeq: v.nextSeq, Exited: v.exited, ExitCode: v.exitCode, Closed: v.closed}, true
+	return ReadReply{NextSeq: v.nextSeq, Exited: v.exited, ExitCode: v.exitCode, Limit: v.limit, Closed: v.closed}, true
 }
 
 func (r *ProcessRef) ID() string            { return r.id }

@@ -308,6 +308,9 @@ func (p *process) historyAfter(after uint64) []Event {
 func (p *process) publishReadView() {
 	v := readView{nextSeq: p.nextSeq, acked: p.acked, backlog: p.backlogFrom != 0,
 		exited: p.exited(), closed: p.closed(), exitCode: p.exitCode}
+	if v.exited {
+		v.limit = p.limit
+	}
 	if p.ring.Len() > 0 {
 		v.lastChunk = p.ring.chunks[len(p.ring.chunks)-1].Seq
 	}
@@ -353,6 +356,9 @@ func (p *process) answerRead(after uint64, maxBytes int, reply chan<- ReadReply)
 
 func (p *process) readNow(after uint64, maxBytes int) ReadReply {
 	r := ReadReply{Exited: p.exited(), ExitCode: p.exitCode, Closed: p.closed()}
+	if r.Exited {
+		r.Limit = p.limit
+	}
 	r.Chunks = p.ring.After(nil, after, maxBytes)
 	r.NextSeq = p.nextSeq
 	if maxBytes > 0 && len(r.Chunks) > 0 {

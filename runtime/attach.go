@@ -72,11 +72,12 @@ func (c *Client) Attach(ctx context.Context, id string) (Process, error) {
 		c.toActor(forgetProcMsg{id: id})
 		return nil, p.remoteErr(err)
 	}
-	// process/read does not carry the limit that ended a process;
-	// process/list does: the exit happened before this client registered,
-	// so no process/exited notification will bring it.
-	var limit string
-	if res.Exited {
+	// The exit happened before this client registered, so no
+	// process/exited notification will bring the limit that ended it:
+	// process/read carries it (ext, since the runtimed that advertises
+	// runtimedOutputAck); an older server has it in process/list only.
+	limit := res.Limit
+	if res.Exited && limit == "" && !c.acks {
 		limit = c.exitLimit(ctx, id)
 	}
 	if !c.toActor(catchUpMsg{id: id, res: res, limit: limit}) {

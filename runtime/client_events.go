@@ -411,7 +411,7 @@ func (st *clientState) catchUp(id string, res wire.ReadResult) {
 		if res.ExitCode != nil {
 			code = *res.ExitCode
 		}
-		evs = append(evs, actors.Event{ProcessID: id, Kind: actors.EventExited, Seq: missing[len(missing)-1], ExitCode: code})
+		evs = append(evs, actors.Event{ProcessID: id, Kind: actors.EventExited, Seq: missing[len(missing)-1], ExitCode: code, Limit: res.Limit})
 		missing = missing[:len(missing)-1]
 	}
 	for i := 0; i < len(missing); {

@@ -269,3 +269,27 @@ func TestClientProcessFailure(t *testing.T) {
 		t.Fatalf("Wait = %v; want the *ProcessError", err)
 	}
 }
+
+// A process ended by a resource limit while the client was away: the
+// catch-up read carries the limit (process/read's ext field), so Wait
+// reports it as it would have from the process/exited notification.
+func TestClientCatchUpKeepsTheLimit(t *testing.T) {
+	c, s, servers := fakeClient(t, true)
+	p := startFake(t, c, s, "p", func() { s.output("p", 1, "a") })
+	st, err := p.Events(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEvent(t, st, EventOutput, 1, "a")
+	cutAndResume(t, s, servers, "p", 1, wire.ReadResult{NextSeq: 4, Exited: true, ExitCode: intp(137), Limit: "memory", Closed: true})
+	wantEvent(t, st, EventExited, 2, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	es, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es.Code != 137 || es.Limit != "memory" {
+		t.Fatalf("wait after a catch-up that carried the limit: %+v; want code 137, limit memory", es)
+	}
+}

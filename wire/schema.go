@@ -166,6 +166,9 @@ type ReadResult struct {
 	Closed        bool    `json:"closed"`
 	Failure       *string `json:"failure"`
 	SandboxDenied bool    `json:"sandboxDenied"`
+	// Limit (ext) names the resource limit that ended the process, once
+	// exited; absent when none did (as in process/exited).
+	Limit string `json:"limit,omitempty"`
 }
 
 // WriteParams are the params of process/write.
