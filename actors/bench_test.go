@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"testing"
 	"time"
@@ -75,6 +76,40 @@ func BenchmarkSpawnBare(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		_, _ = p.Wait()
+	}
+}
+
+// BenchmarkSpawnBarePipes is BenchmarkSpawnBare with what every runtimed
+// start has besides: stdin on /dev/null, stdout and stderr on pipes read to
+// end of file. The floor for the actor's path, without the actor.
+func BenchmarkSpawnBarePipes(b *testing.B) {
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer null.Close()
+	for b.Loop() {
+		or, ow, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		er, ew, err := os.Pipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{Files: []*os.File{null, ow, ew}})
+		ow.Close()
+		ew.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _, _ = io.Copy(io.Discard, er); close(done) }()
+		_, _ = io.Copy(io.Discard, or)
+		<-done
+		or.Close()
+		er.Close()
 		_, _ = p.Wait()
 	}
 }
