@@ -3,8 +3,8 @@ package runtime
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/runtimed/runtimed/wire"
 )
@@ -35,15 +35,8 @@ func TestAttachAfterResume(t *testing.T) {
 	sid := first.SessionID()
 	_ = first.Close()
 
-	var second *Client
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		second, err = Dial(ctx, ws.url, &ClientOptions{ResumeSessionID: sid})
-		var re *RPCError
-		if err == nil || !errors.As(err, &re) || re.Code != wire.CodeSessionAttached || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // the server has not seen the drop yet
-	}
+	// Dial retries while the server has not seen the drop yet (-32010).
+	second, err := Dial(ctx, ws.url, &ClientOptions{ResumeSessionID: sid})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +102,56 @@ func TestLocalAttach(t *testing.T) {
 	got := collect(t, ctx, events)
 	if len(got) != 3 || got[0].data != "two\n" || got[2].kind != EventClosed {
 		t.Fatalf("events %+v", got)
+	}
+}
+
+// Dial with ResumeSessionID retries while the server still holds the
+// session for another connection (-32010, "the client may retry"): here
+// the first client is closed only once the resuming Dial has been refused
+// and dialed again, so without the retry Dial would fail. An unknown
+// session is not retried.
+func TestDialResumeRetriesWhileAttached(t *testing.T) {
+	ws := startWSServer(t, Config{})
+	ctx := ctxT(t)
+	first, err := Dial(ctx, ws.url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int64
+	redialed := make(chan struct{})
+	dial := func(ctx context.Context) (wire.Transport, error) {
+		if dials.Add(1) == 2 {
+			close(redialed)
+		}
+		return wire.DialWebsocket(ctx, ws.url, nil, 0)
+	}
+	type result struct {
+		c   *Client
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, err := Dial(ctx, ws.url, &ClientOptions{ResumeSessionID: first.SessionID(), DialTransport: dial})
+		got <- result{c, err}
+	}()
+	select {
+	case <-redialed: // refused with -32010 at least once, dialing again
+	case r := <-got:
+		t.Fatalf("Dial returned before retrying: %v", r.err)
+	case <-ctx.Done():
+		t.Fatal("no second dial")
+	}
+	_ = first.Close()
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("resume after the first client closed: %v", r.err)
+	}
+	_ = r.c.Close()
+
+	dials.Store(10)
+	_, err = Dial(ctx, ws.url, &ClientOptions{ResumeSessionID: "no-such-session", DialTransport: dial})
+	var re *RPCError
+	if !errors.As(err, &re) || re.Code != wire.CodeInvalidRequest || dials.Load() != 11 {
+		t.Fatalf("unknown session: %v after %d dials; want -32600 after one", err, dials.Load()-10)
 	}
 }

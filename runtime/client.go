@@ -35,7 +35,10 @@ type ClientOptions struct {
 	ClientName string
 	// ResumeSessionID, if set, resumes that detached session instead of
 	// starting a new one: List shows its processes, Attach returns a
-	// handle on one.
+	// handle on one. While the server still sees the session attached to
+	// the connection that just dropped (-32010), a client that can dial
+	// (Dial, or DialTransport set) dials again, with backoff, within
+	// ConnectTimeout.
 	ResumeSessionID string
 	// ConnectTimeout bounds dialing; zero means 10 s, negative is an error.
 	ConnectTimeout time.Duration
@@ -193,11 +196,8 @@ func connect(ctx context.Context, o ClientOptions, dial func(context.Context) (w
 		done:        make(chan struct{}),
 		writePrefix: "w-" + hex.EncodeToString(rnd[:]) + "-",
 	}
-	ictx, cancel := context.WithTimeout(ctx, o.InitializeTimeout)
-	defer cancel()
-	res, err := handshake(ictx, t, o.ClientName, o.ResumeSessionID)
+	res, err := resumeHandshake(ctx, o, dial, &t)
 	if err != nil {
-		t.Close()
 		return nil, fmt.Errorf("runtime: initialize: %w", err)
 	}
 	c.sessionID = res.SessionID
@@ -207,6 +207,43 @@ func connect(ctx context.Context, o ClientOptions, dial func(context.Context) (w
 	st.attach(t)
 	c.wg.Go(st.run)
 	return c, nil
+}
+
+// resumeHandshake runs the handshake on *t; a resume the server refuses
+// with -32010 (the old connection's end not seen yet) is retried on a new
+// transport from dial, with backoff, within o.ConnectTimeout. On failure
+// the transport is closed.
+func resumeHandshake(ctx context.Context, o ClientOptions, dial func(context.Context) (wire.Transport, error), t *wire.Transport) (wire.InitializeResult, error) {
+	deadline := time.Now().Add(o.ConnectTimeout)
+	backoff := 10 * time.Millisecond
+	for {
+		ictx, cancel := context.WithTimeout(ctx, o.InitializeTimeout)
+		res, err := handshake(ictx, *t, o.ClientName, o.ResumeSessionID)
+		cancel()
+		if err == nil {
+			return res, nil
+		}
+		(*t).Close()
+		var re *RPCError
+		if o.ResumeSessionID == "" || dial == nil || !errors.As(err, &re) || re.Code != wire.CodeSessionAttached || time.Now().Add(backoff).After(deadline) {
+			return res, err
+		}
+		timer := time.NewTimer(backoff)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return res, ctx.Err()
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+		dctx, dcancel := context.WithTimeout(ctx, time.Until(deadline))
+		nt, derr := dial(dctx)
+		dcancel()
+		if derr != nil {
+			return res, err // the refusal says more than the failed redial
+		}
+		*t = nt
+	}
 }
 
 // handshake runs initialize/initialized synchronously on a fresh transport

@@ -1,10 +1,8 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"io"
 	"strconv"
 	"sync/atomic"
@@ -12,53 +10,8 @@ import (
 	"time"
 
 	"github.com/runtimed/runtimed/wire"
+	"github.com/runtimed/runtimed/wire/wiretest"
 )
-
-// seqStream is what `seq 1 n` writes.
-func seqStream(n int) []byte {
-	var b []byte
-	for i := 1; i <= n; i++ {
-		b = strconv.AppendInt(b, int64(i), 10)
-		b = append(b, '\n')
-	}
-	return b
-}
-
-// resumedConn is a cuttable connection that cuts itself, abruptly, once
-// it has received `every` bytes of notifications after its handshake
-// succeeded (it carries the session), `cuts` times in all (plan.done
-// counts them): every cut falls mid-stream, among notifications.
-type resumedConn struct {
-	*cuttable
-	plan *cutPlan
-	live bool  // owned by the client's reader goroutine
-	recv int64 // likewise
-}
-
-type cutPlan struct {
-	every, cuts int64
-	done        atomic.Int64
-}
-
-func (r *resumedConn) ReadMessage(ctx context.Context) ([]byte, error) {
-	msg, err := r.cuttable.ReadMessage(ctx)
-	if err != nil {
-		return msg, err
-	}
-	if !r.live {
-		r.live = bytes.Contains(msg, []byte(`"result":{"sessionId"`))
-		return msg, err
-	}
-	if !bytes.Contains(msg[:min(len(msg), 64)], []byte(`"process/output"`)) {
-		return msg, err
-	}
-	r.recv += int64(len(msg))
-	if d := r.plan.done.Load(); d < r.plan.cuts && r.recv >= r.plan.every && r.plan.done.CompareAndSwap(d, d+1) {
-		r.cut()
-		return nil, errors.New("connection reset (test)")
-	}
-	return msg, err
-}
 
 // Issue 14, lossless resume: a fast producer (`seq`, 51 MB written as fast
 // as the server takes it) under a client whose connection is cut abruptly
@@ -90,7 +43,7 @@ func TestResumeUnderFastProducerIsLossless(t *testing.T) {
 func resumeFastProducer(t *testing.T, lines int, cuts int64, queue int, mustLag bool) {
 	defer func(old int) { liveQueueCap = old }(liveQueueCap)
 	liveQueueCap = queue
-	want := seqStream(lines)
+	want := wiretest.SeqOutput(lines)
 	// Default retention (1 MiB), much smaller than what a dropped
 	// connection can have in flight (its outbound queue, 256 KiB, and the
 	// socket buffers, which TCP grows to several MiB on loopback when the
@@ -98,7 +51,7 @@ func resumeFastProducer(t *testing.T, lines int, cuts int64, queue int, mustLag 
 	// child writes while detached: the client's process/ack keeps the one,
 	// the detached rule the other.
 	ws := startWSServer(t, Config{})
-	plan := &cutPlan{every: 1 << 20, cuts: cuts}
+	plan := &wiretest.DropPlan{Every: 1 << 20, Drops: cuts}
 	var dials atomic.Int64
 	opts := &ClientOptions{
 		Reconnect: true,
@@ -112,7 +65,7 @@ func resumeFastProducer(t *testing.T, lines int, cuts int64, queue int, mustLag 
 			if err != nil {
 				return nil, err
 			}
-			return &resumedConn{cuttable: &cuttable{Transport: tr}, plan: plan}, nil
+			return &wiretest.OutputDropper{Transport: tr, Plan: plan}, nil
 		},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -150,7 +103,7 @@ func resumeFastProducer(t *testing.T, lines int, cuts int64, queue int, mustLag 
 		}
 		switch ev.Kind {
 		case EventFailed, EventGap:
-			t.Fatalf("%v after %d of %d bytes and %d cuts: %+v", ev.Kind, len(got), len(want), plan.done.Load(), ev)
+			t.Fatalf("%v after %d of %d bytes and %d cuts: %+v", ev.Kind, len(got), len(want), plan.Done.Load(), ev)
 		case EventLagged:
 			lags++
 			continue
@@ -164,7 +117,7 @@ func resumeFastProducer(t *testing.T, lines int, cuts int64, queue int, mustLag 
 	if mustLag && lags == 0 {
 		t.Fatal("the subscriber never lagged: the case is not exercised")
 	}
-	done := plan.done.Load()
+	done := plan.Done.Load()
 	if len(got) != len(want) || sha256.Sum256(got) != sha256.Sum256(want) {
 		t.Fatalf("after %d resumes: %d bytes (sha256 %x), want %d (sha256 %x)", done, len(got), sha256.Sum256(got), len(want), sha256.Sum256(want))
 	}

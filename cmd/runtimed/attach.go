@@ -10,12 +10,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"golang.org/x/term"
 
 	"github.com/runtimed/runtimed/runtime"
-	"github.com/runtimed/runtimed/wire"
 )
 
 // detachKey, typed on an attached terminal, detaches and leaves the
@@ -55,13 +53,10 @@ or process, session still held by another connection after 5 s).`)
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c, err := cf.dial(ctx, runtime.ClientOptions{ClientName: "runtimed-attach", ResumeSessionID: session})
 	// A client that just dropped may still hold the session until the
-	// server notices: retry -32010 for a few seconds before giving up.
-	for deadline := time.Now().Add(5 * time.Second); isSessionAttached(err) && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-		c, err = cf.dial(ctx, runtime.ClientOptions{ClientName: "runtimed-attach", ResumeSessionID: session})
-	}
+	// server notices: Dial retries that refusal (-32010) for its connect
+	// timeout before giving up.
+	c, err := cf.dial(ctx, runtime.ClientOptions{ClientName: "runtimed-attach", ResumeSessionID: session})
 	if err != nil {
 		var re *runtime.RPCError
 		if errors.As(err, &re) {
@@ -174,11 +169,4 @@ func forwardAttachedStdin(ctx context.Context, p runtime.Process, stdin io.Reade
 			return
 		}
 	}
-}
-
-// isSessionAttached reports a refusal because another connection holds
-// the session (-32010).
-func isSessionAttached(err error) bool {
-	var re *runtime.RPCError
-	return errors.As(err, &re) && re.Code == wire.CodeSessionAttached
 }

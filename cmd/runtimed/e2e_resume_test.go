@@ -1,13 +1,10 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"io"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,43 +13,6 @@ import (
 	"github.com/runtimed/runtimed/wire"
 	"github.com/runtimed/runtimed/wire/wiretest"
 )
-
-// dropper is a websocket transport that drops itself abruptly (a TCP close,
-// no close frame, whatever was in flight lost) once it has received every
-// bytes of process/output after its handshake, while the plan has drops
-// left: each drop falls mid-stream.
-type dropper struct {
-	wire.Transport
-	plan *dropPlan
-	once sync.Once
-	live bool  // owned by the client's reader goroutine
-	recv int64 // likewise
-}
-
-type dropPlan struct {
-	every, drops int64
-	done         atomic.Int64
-}
-
-func (d *dropper) ReadMessage(ctx context.Context) ([]byte, error) {
-	msg, err := d.Transport.ReadMessage(ctx)
-	if err != nil {
-		return msg, err
-	}
-	if !d.live {
-		d.live = bytes.Contains(msg, []byte(`"sessionId"`))
-		return msg, err
-	}
-	if !bytes.Contains(msg[:min(len(msg), 64)], []byte(`"process/output"`)) {
-		return msg, err
-	}
-	d.recv += int64(len(msg))
-	if n := d.plan.done.Load(); n < d.plan.drops && d.recv >= d.plan.every && d.plan.done.CompareAndSwap(n, n+1) {
-		d.once.Do(func() { d.Transport.Close() })
-		return nil, errors.New("connection dropped (test)")
-	}
-	return msg, err
-}
 
 // Issue 14's resume figure against the real binary with its default
 // retention (1 MiB): a fast producer (`seq`, 51 MB; 19 MB under the race
@@ -71,12 +31,8 @@ func TestHostileResumeFastProducerLossless(t *testing.T) {
 	if raceEnabled {
 		lines = 2_500_000 // 18.9 MB: the client decodes several times slower
 	}
-	want := make([]byte, 0, lines*8)
-	for i := 1; i <= lines; i++ {
-		want = strconv.AppendInt(want, int64(i), 10)
-		want = append(want, '\n')
-	}
-	plan := &dropPlan{every: 1 << 20, drops: drops}
+	want := wiretest.SeqOutput(lines)
+	plan := &wiretest.DropPlan{Every: 1 << 20, Drops: drops}
 	var dials atomic.Int64
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -91,7 +47,7 @@ func TestHostileResumeFastProducerLossless(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return &dropper{Transport: tr, plan: plan}, nil
+			return &wiretest.OutputDropper{Transport: tr, Plan: plan}, nil
 		},
 	})
 	if err != nil {
@@ -122,7 +78,7 @@ func TestHostileResumeFastProducerLossless(t *testing.T) {
 		}
 		switch ev.Kind {
 		case runtime.EventFailed, runtime.EventGap:
-			t.Fatalf("%v after %d of %d bytes and %d drops: %+v", ev.Kind, len(got), len(want), plan.done.Load(), ev)
+			t.Fatalf("%v after %d of %d bytes and %d drops: %+v", ev.Kind, len(got), len(want), plan.Done.Load(), ev)
 		case runtime.EventLagged:
 			// The subscriber fell behind its queue: it resubscribes from its
 			// seq (the client's history, then the server's retention).
@@ -134,7 +90,7 @@ func TestHostileResumeFastProducerLossless(t *testing.T) {
 		seq = ev.Seq
 		got = append(got, ev.Data...)
 	}
-	if n := plan.done.Load(); n != drops || dials.Load() < drops+1 {
+	if n := plan.Done.Load(); n != drops || dials.Load() < drops+1 {
 		t.Fatalf("%d drops, %d dials; want %d drops mid-stream, each followed by a reconnect", n, dials.Load(), drops)
 	}
 	if len(got) != len(want) || sha256.Sum256(got) != sha256.Sum256(want) {

@@ -19,6 +19,10 @@
 // Garbage expose what no caller consumed; WaitNotification/TakeNotifications/Notifications query the
 // notification buffer; Watch follows one process incrementally. Every wait is bounded by its context.
 //
+// For disconnect tests: MemPipe (an in-memory transport pair with Cut) and OutputDropper (wraps any
+// client transport and drops it abruptly mid-stream, after so many bytes of process/output, as a
+// DropPlan says); SeqOutput is what `seq 1 n` writes, to compare a stream against.
+//
 // # Concurrency
 //
 // A Client runs on the client core (wire.Client, reader mode): its reader
