@@ -44,19 +44,10 @@ func (c *Client) Attach(ctx context.Context, id string) (Process, error) {
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	reply, known := make(chan *rproc, 1), make(chan bool, 1)
-	select {
-	case c.mbox <- registerProcMsg{id: id, attach: true, reply: reply, known: known}:
-	case <-c.failed:
-		return nil, c.cause
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	var rp *rproc
-	select {
-	case rp = <-reply:
-	case <-c.failed:
-		return nil, c.cause
+	known := make(chan bool, 1)
+	rp, err := c.register(ctx, registerProcMsg{id: id, attach: true, known: known})
+	if err != nil {
+		return nil, err
 	}
 	if rp == nil {
 		return nil, c.Err()

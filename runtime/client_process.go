@@ -15,6 +15,27 @@ import (
 // each a request over the Client's connection. Answers are mapped to the
 // sentinels Local returns (remoteErr), so errors.Is works the same on both.
 
+// register asks the client actor for a view of process m.id (Start and
+// Attach); nil when the actor refuses it (the id is taken, or the client
+// has failed: see c.Err). m.reply is set here.
+func (c *Client) register(ctx context.Context, m registerProcMsg) (*rproc, error) {
+	reply := make(chan *rproc, 1)
+	m.reply = reply
+	select {
+	case c.mbox <- m:
+	case <-c.failed:
+		return nil, c.cause
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case rp := <-reply:
+		return rp, nil
+	case <-c.failed:
+		return nil, c.cause
+	}
+}
+
 // Start starts a process on the server. ctx bounds the call: if it ends
 // before the server answered, Start returns ctx's error and a process the
 // server started meanwhile is terminated (grace 0) once its answer comes,
@@ -36,19 +57,9 @@ func (c *Client) Start(ctx context.Context, spec Spec) (Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	reply := make(chan *rproc, 1)
-	select {
-	case c.mbox <- registerProcMsg{id: spec.ID, reply: reply}:
-	case <-c.failed:
-		return nil, c.cause
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	var rp *rproc
-	select {
-	case rp = <-reply:
-	case <-c.failed:
-		return nil, c.cause
+	rp, err := c.register(ctx, registerProcMsg{id: spec.ID})
+	if err != nil {
+		return nil, err
 	}
 	if rp == nil {
 		if err := c.Err(); err != nil {

@@ -89,37 +89,9 @@ func TestCLIAttachTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outc := make(chan []byte, 64)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := master.Read(buf)
-			if n > 0 {
-				outc <- append([]byte(nil), buf[:n]...)
-			}
-			if err != nil {
-				close(outc)
-				return
-			}
-		}
-	}()
+	tm := readTerminal(master)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	var screen bytes.Buffer
-	waitFor := func(want string) {
-		t.Helper()
-		for strings.Count(screen.String(), want) == 0 {
-			select {
-			case b, ok := <-outc:
-				if !ok {
-					t.Fatalf("terminal closed before %q; screen %q", want, screen.String())
-				}
-				screen.Write(b)
-			case <-ctx.Done():
-				t.Fatalf("no %q on the terminal; screen %q", want, screen.String())
-			}
-		}
-	}
 	attach := func() (*exec.Cmd, *bytes.Buffer) {
 		cmd := exec.CommandContext(ctx, bin, "attach", "--connect", srv.URL, sid, "tty")
 		var errb bytes.Buffer
@@ -130,48 +102,36 @@ func TestCLIAttachTerminal(t *testing.T) {
 		}
 		return cmd, &errb
 	}
-	checkRestored := func() {
-		t.Helper()
-		after, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag {
-			t.Fatalf("terminal not restored: lflag %#x, was %#x", after.Lflag, before.Lflag)
-		}
-	}
 
 	cmd, errb := attach()
-	waitFor("early")
+	tm.waitFor(ctx, t, "early", nil)
 	raw, _ := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
 	if raw.Lflag&unix.ECHO != 0 || raw.Lflag&unix.ICANON != 0 {
 		t.Errorf("local terminal not in raw mode during attach: lflag %#x", raw.Lflag)
 	}
 	_, _ = master.Write([]byte("one\r"))
-	waitFor("got one")
+	tm.waitFor(ctx, t, "got one", nil)
 	_, _ = master.Write([]byte{0x1d}) // Ctrl-]: detach
 	if err := cmd.Wait(); err != nil || !strings.Contains(errb.String(), "detached") {
 		t.Fatalf("detach: %v, stderr %q", err, errb.String())
 	}
-	checkRestored()
-	if n := strings.Count(screen.String(), "early"); n != 1 {
-		t.Fatalf("first attach showed early %d times: %q", n, screen.String())
+	checkRestored(t, slave, before)
+	if n := strings.Count(tm.screen.String(), "early"); n != 1 {
+		t.Fatalf("first attach showed early %d times: %q", n, tm.screen.String())
 	}
 
-	screen.Reset()
+	tm.screen.Reset()
 	cmd, errb = attach()
-	waitFor("got one") // the retained history again, once
+	tm.waitFor(ctx, t, "got one", nil) // the retained history again, once
 	_, _ = master.Write([]byte("quit\r"))
 	err = cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 5 {
 		t.Fatalf("second attach: %v (stderr %q); want exit 5", err, errb.String())
 	}
-	checkRestored()
-	for len(outc) > 0 {
-		screen.Write(<-outc)
-	}
-	if strings.Count(screen.String(), "early") != 1 || strings.Count(screen.String(), "got one") != 1 {
-		t.Fatalf("second attach screen %q: want early and got one once each", screen.String())
+	checkRestored(t, slave, before)
+	tm.drain()
+	if strings.Count(tm.screen.String(), "early") != 1 || strings.Count(tm.screen.String(), "got one") != 1 {
+		t.Fatalf("second attach screen %q: want early and got one once each", tm.screen.String())
 	}
 }

@@ -220,42 +220,8 @@ func TestCLIExecTTY(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var screen bytes.Buffer
-	outc := make(chan []byte, 64)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := master.Read(buf)
-			if n > 0 {
-				outc <- append([]byte(nil), buf[:n]...)
-			}
-			if err != nil {
-				close(outc)
-				return
-			}
-		}
-	}()
-	waitFor := func(want string, poke func()) {
-		t.Helper()
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for !strings.Contains(screen.String(), want) {
-			select {
-			case b, ok := <-outc:
-				if !ok {
-					t.Fatalf("terminal closed before %q; screen %q", want, screen.String())
-				}
-				screen.Write(b)
-			case <-tick.C:
-				if poke != nil {
-					poke()
-				}
-			case <-ctx.Done():
-				t.Fatalf("no %q on the terminal; screen %q", want, screen.String())
-			}
-		}
-	}
-	waitFor("30 100", nil)
+	tm := readTerminal(master)
+	tm.waitFor(ctx, t, "30 100", nil)
 	// While raw, the local terminal must not echo or translate.
 	raw, _ := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
 	if raw.Lflag&unix.ECHO != 0 || raw.Lflag&unix.ICANON != 0 {
@@ -264,20 +230,14 @@ func TestCLIExecTTY(t *testing.T) {
 	if err := pty.Setsize(master, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("40 120", func() { _, _ = master.Write([]byte("\r")) })
+	tm.waitFor(ctx, t, "40 120", func() { _, _ = master.Write([]byte("\r")) })
 	_, _ = master.Write([]byte("quit\r"))
 	err = cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 9 {
 		t.Fatalf("exec -t exit: %v; want code 9", err)
 	}
-	after, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag {
-		t.Fatalf("terminal not restored: before lflag %#x iflag %#x, after %#x %#x", before.Lflag, before.Iflag, after.Lflag, after.Iflag)
-	}
+	checkRestored(t, slave, before)
 }
 
 func TestCLIFs(t *testing.T) {
