@@ -42,13 +42,7 @@ func TestContainmentModes(t *testing.T) {
 				Isolation: Isolation{Contain: m},
 				Logger:    zaptest.NewLogger(t),
 			})
-			t.Cleanup(func() {
-				sup.Kill()
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = sup.Wait(ctx)
-				_ = m.Close()
-			})
+			stopAtCleanup(t, sup, func() { _ = m.Close() })
 			dir := t.TempDir()
 			escaped, holder := filepath.Join(dir, "escaped"), filepath.Join(dir, "holder")
 			script := `setsid bash -c 'trap "" TERM; echo $$ > ` + escaped + `.tmp; mv ` + escaped + `.tmp ` + escaped + `; exec sleep 300' </dev/null >/dev/null 2>&1 &

@@ -27,14 +27,7 @@ func newHTTPSupervisor(t *testing.T, enabled bool, maxBody int64) *Supervisor {
 		DetachTTL: time.Second,
 		HTTP:      HTTPConfig{Enabled: enabled, MaxBodyBytes: maxBody},
 	})
-	t.Cleanup(func() {
-		sup.Kill()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := sup.Wait(ctx); err != nil {
-			t.Errorf("supervisor did not stop: %v", err)
-		}
-	})
+	stopAtCleanup(t, sup)
 	return sup
 }
 

@@ -24,14 +24,7 @@ func newRetentionSupervisor(t *testing.T, retention time.Duration) *Supervisor {
 		DetachTTL: time.Second,
 		Logger:    zaptest.NewLogger(t),
 	})
-	t.Cleanup(func() {
-		sup.Kill()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := sup.Wait(ctx); err != nil {
-			t.Errorf("supervisor did not stop: %v", err)
-		}
-	})
+	stopAtCleanup(t, sup)
 	return sup
 }
 

@@ -107,14 +107,7 @@ func budgetSupervisor(t *testing.T, retain int, b Budgets) *Supervisor {
 		MaxProcesses: 4096,
 		Budgets:      b,
 	})
-	t.Cleanup(func() {
-		sup.Kill()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := sup.Wait(ctx); err != nil {
-			t.Errorf("supervisor did not stop: %v", err)
-		}
-	})
+	stopAtCleanup(t, sup)
 	return sup
 }
 

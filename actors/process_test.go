@@ -24,14 +24,7 @@ func newTestSupervisor(t *testing.T, retainBytes, retainChunks int) *Supervisor 
 		DetachTTL: time.Second,
 		Logger:    zaptest.NewLogger(t),
 	})
-	t.Cleanup(func() {
-		sup.Kill()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := sup.Wait(ctx); err != nil {
-			t.Errorf("supervisor did not stop: %v", err)
-		}
-	})
+	stopAtCleanup(t, sup)
 	return sup
 }
 
@@ -341,4 +334,20 @@ func TestStopKillsDescendantsOfExitedLeader(t *testing.T) {
 		t.Fatal("process not closed after stop")
 	}
 	waitGone(t, bg)
+}
+
+// stopAtCleanup kills sup when the test ends and waits (10 s at most) for
+// it to stop, failing the test if it does not; then runs after, in order.
+func stopAtCleanup(t *testing.T, sup *Supervisor, after ...func()) {
+	t.Cleanup(func() {
+		sup.Kill()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := sup.Wait(ctx); err != nil {
+			t.Errorf("supervisor did not stop: %v", err)
+		}
+		for _, f := range after {
+			f()
+		}
+	})
 }

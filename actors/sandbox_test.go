@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -69,14 +68,7 @@ func newIsoSupervisorWith(t *testing.T, iso Isolation) *Supervisor {
 		Isolation: iso,
 		Logger:    zaptest.NewLogger(t),
 	})
-	t.Cleanup(func() {
-		sup.Kill()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := sup.Wait(ctx); err != nil {
-			t.Errorf("supervisor did not stop: %v", err)
-		}
-	})
+	stopAtCleanup(t, sup)
 	return sup
 }
 

@@ -51,15 +51,7 @@ func subreaperSupervisor(t *testing.T, ttl time.Duration) (*Supervisor, *contain
 		Isolation: Isolation{Contain: m},
 		Logger:    zaptest.NewLogger(t),
 	})
-	t.Cleanup(func() {
-		sup.Kill()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := sup.Wait(ctx); err != nil {
-			t.Errorf("supervisor did not stop: %v", err)
-		}
-		_ = m.Close()
-	})
+	stopAtCleanup(t, sup, func() { _ = m.Close() })
 	return sup, m
 }
 

@@ -97,40 +97,22 @@ func cgroupMemoryLimit() int64 {
 // budgets resolves the configured budgets: zero fields take the defaults
 // derived from m, negative ones mean unlimited.
 func (c Config) budgets(m Machine) actors.Budgets {
-	pick := func(v, def int) int {
-		switch {
-		case v < 0:
-			return 0
-		case v == 0:
-			return def
-		}
-		return v
-	}
-	pick64 := func(v, def int64) int64 {
-		switch {
-		case v < 0:
-			return 0
-		case v == 0:
-			return def
-		}
-		return v
-	}
 	b := actors.Budgets{RLimitNoFile: m.OpenFiles}
-	b.MaxOpenFiles = pick(c.MaxOpenFiles, max(64, m.OpenFiles-m.OpenNow-fdOverhead))
+	b.MaxOpenFiles = pickBudget(c.MaxOpenFiles, max(64, m.OpenFiles-m.OpenNow-fdOverhead))
 	fdBudget := b.MaxOpenFiles
 	if fdBudget == 0 {
 		fdBudget = max(64, m.OpenFiles-m.OpenNow-fdOverhead) // unlimited: defaults still need a scale
 	}
-	b.FDReserve = pick(c.FDReserve, min(1024, max(32, fdBudget/16)))
-	b.MaxRetainedBytes = pick64(c.MaxRetainedBytes, m.MemoryBytes/2)
-	b.OutboundQueueBytes = pick(c.OutboundQueueBytes, DefaultOutboundQueueBytes)
-	b.MaxOutboundBytes = pick64(c.MaxOutboundBytes, m.MemoryBytes/8)
+	b.FDReserve = pickBudget(c.FDReserve, min(1024, max(32, fdBudget/16)))
+	b.MaxRetainedBytes = pickBudget(c.MaxRetainedBytes, m.MemoryBytes/2)
+	b.OutboundQueueBytes = pickBudget(c.OutboundQueueBytes, DefaultOutboundQueueBytes)
+	b.MaxOutboundBytes = pickBudget(c.MaxOutboundBytes, m.MemoryBytes/8)
 	perProc := actors.RetainedPerProcess(actors.ProcConfig{RetainBytes: c.RetainBytes})
 	procs := max(1, (fdBudget-b.FDReserve)/actors.FDsPerProcess)
 	if b.MaxRetainedBytes > 0 {
 		procs = min(procs, int(max(1, b.MaxRetainedBytes/perProc)))
 	}
-	b.MaxProcesses = pick(c.MaxProcessesTotal, procs)
+	b.MaxProcesses = pickBudget(c.MaxProcessesTotal, procs)
 	// Connections may hold three quarters of the descriptors: an idle one
 	// costs its socket and about 25 KiB, so 10,000 fit in 20,000
 	// descriptors; processes are refused (-32011) before the daemon
@@ -139,7 +121,7 @@ func (c Config) budgets(m Machine) actors.Budgets {
 	if b.MaxOutboundBytes > 0 && b.OutboundQueueBytes > 0 {
 		conns = min(conns, int(max(1, b.MaxOutboundBytes/int64(b.OutboundQueueBytes))))
 	}
-	b.MaxConnections = pick(c.MaxConnections, conns)
+	b.MaxConnections = pickBudget(c.MaxConnections, conns)
 	switch {
 	case c.SlowConsumerTimeout < 0:
 		b.SlowConsumerTimeout = 0
@@ -177,3 +159,15 @@ func publicBudgets(b actors.Budgets) Budgets {
 // Budgets returns the budgets in force (defaults resolved against this
 // machine), as runtimed serve logs them at start-up.
 func (s *Server) Budgets() Budgets { return publicBudgets(s.budgets) }
+
+// pickBudget is a configured budget: v when positive, def when zero, 0
+// (unlimited) when negative.
+func pickBudget[T int | int64](v, def T) T {
+	switch {
+	case v < 0:
+		return 0
+	case v == 0:
+		return def
+	}
+	return v
+}

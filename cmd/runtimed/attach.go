@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -56,14 +55,8 @@ or process, session still held by another connection after 5 s).`)
 	// A client that just dropped may still hold the session until the
 	// server notices: Dial retries that refusal (-32010) for its connect
 	// timeout before giving up.
-	c, err := cf.dial(ctx, runtime.ClientOptions{ClientName: "runtimed-attach", ResumeSessionID: session})
-	if err != nil {
-		var re *runtime.RPCError
-		if errors.As(err, &re) {
-			fmt.Fprintf(stderr, "runtimed attach: %s refused session %s: %s\n", cf.connect, session, re.Message)
-		} else {
-			fmt.Fprintln(stderr, "runtimed attach:", err)
-		}
+	c, ok := cf.dialSession(ctx, "attach", session, stderr)
+	if !ok {
 		return exitRuntimeFailed
 	}
 	defer c.Close()

@@ -56,6 +56,23 @@ func (cf *clientFlags) dial(ctx context.Context, opts runtime.ClientOptions) (*r
 	return c, explainDial(err, cf.connect, opts.Token != "")
 }
 
+// dialSession resumes a detached session for the CLI command cmd ("ps",
+// "attach"), saying on stderr why it could not (the server's refusal, or
+// the connection's failure).
+func (cf *clientFlags) dialSession(ctx context.Context, cmd, session string, stderr io.Writer) (*runtime.Client, bool) {
+	c, err := cf.dial(ctx, runtime.ClientOptions{ClientName: "runtimed-" + cmd, ResumeSessionID: session})
+	if err != nil {
+		var re *runtime.RPCError
+		if errors.As(err, &re) {
+			fmt.Fprintf(stderr, "runtimed %s: %s refused session %s: %s\n", cmd, cf.connect, session, re.Message)
+		} else {
+			fmt.Fprintf(stderr, "runtimed %s: %v\n", cmd, err)
+		}
+		return nil, false
+	}
+	return c, true
+}
+
 // backend returns the remote client, or an embedded runtime without --connect.
 func (cf *clientFlags) backend(ctx context.Context) (runtime.Backend, error) {
 	if cf.connect == "" {
@@ -455,14 +472,8 @@ not show it (cannot connect, refused, unknown session, protocol error).`)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := cf.dial(ctx, runtime.ClientOptions{ClientName: "runtimed-ps", ResumeSessionID: *session})
-	if err != nil {
-		var re *runtime.RPCError
-		if errors.As(err, &re) {
-			fmt.Fprintf(stderr, "runtimed ps: %s refused session %s: %s\n", cf.connect, *session, re.Message)
-			return exitRuntimeFailed
-		}
-		fmt.Fprintln(stderr, "runtimed ps:", err)
+	c, ok := cf.dialSession(ctx, "ps", *session, stderr)
+	if !ok {
 		return exitRuntimeFailed
 	}
 	defer c.Close()
