@@ -140,8 +140,12 @@ func (t *WebsocketTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	return nil, err
 }
 
-// WriteMessage sends msg as one text frame.
+// WriteMessage sends msg as one text frame; on an accepted connection the
+// frame may be held until Flush (see Flush).
 func (t *WebsocketTransport) WriteMessage(ctx context.Context, msg []byte) error {
+	if t.nc != nil {
+		t.nc.out.cork()
+	}
 	return t.c.Write(ctx, websocket.MessageText, msg)
 }
 
@@ -149,8 +153,17 @@ func (t *WebsocketTransport) WriteMessage(ctx context.Context, msg []byte) error
 // for its holder. Called by the ReadMessage caller only.
 func (t *WebsocketTransport) ReleaseReadBuffer() { t.buf = nil }
 
-// Flush is a no-op: every message is its own frame.
-func (t *WebsocketTransport) Flush() error { return nil }
+// Flush sends what WriteMessage held back. On an accepted connection the
+// messages written since the last Flush (a writer's batch: an answer, an
+// exited and a closed notification, a run of output) leave in one system
+// call instead of one per frame, and the peer wakes once for them. A
+// dialed transport writes each message at once; Flush is then a no-op.
+func (t *WebsocketTransport) Flush() error {
+	if t.nc == nil {
+		return nil
+	}
+	return t.nc.out.flush(t.nc)
+}
 
 // Close closes the connection at once without waiting for the peer.
 func (t *WebsocketTransport) Close() error { return t.c.CloseNow() }
@@ -165,6 +178,9 @@ func (t *WebsocketTransport) CloseWith(code int, reason string) error {
 	}
 	if t.nc != nil {
 		t.nc.closeBy(time.Now().Add(closeHandshakeTimeout))
+		// The close frame must not wait behind a batch's Flush: what is
+		// held goes now, and later frames (the close frame) at once.
+		_ = t.nc.out.stop(t.nc)
 	}
 	return t.c.Close(websocket.StatusCode(code), reason)
 }
@@ -246,13 +262,15 @@ func (h *progressHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 const wsBufSize = 1 << 10
 
 // progressConn is the accepted network connection. written is updated by
-// the one writing goroutine and read by the connection's watchdog; the
-// close deadline is set once by CloseWith.
+// whichever goroutine writes (under out's lock) and read by the
+// connection's watchdog; the close deadline is set once by CloseWith. out
+// coalesces the frames of one batch into one write (coalesce.go).
 type progressConn struct {
 	net.Conn
 	pending  []byte // read ahead by the HTTP server; owned by the reading goroutine
 	written  atomic.Uint64
 	deadline atomic.Int64 // unix nanoseconds; 0: none
+	out      coalescer
 }
 
 func (c *progressConn) Read(p []byte) (int, error) {
@@ -272,8 +290,12 @@ func (c *progressConn) closeBy(t time.Time) {
 	_ = c.Conn.SetDeadline(t)
 }
 
-func (c *progressConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
+func (c *progressConn) Write(p []byte) (int, error) { return c.out.write(c, p) }
+
+// send writes bs to the socket in one system call (writev) and counts what
+// was written. Called by the coalescer under its lock only.
+func (c *progressConn) send(bs net.Buffers) (int64, error) {
+	n, err := bs.WriteTo(c.Conn)
 	c.written.Add(uint64(n))
 	return n, err
 }

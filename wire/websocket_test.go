@@ -61,6 +61,9 @@ func TestWebsocketProgressCountsWrittenBytes(t *testing.T) {
 	if err := tr.WriteMessage(ctx, msg); err != nil {
 		t.Fatal(err)
 	}
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	after, _ := tr.Progress()
 	if after-before < uint64(len(msg)) {
 		t.Errorf("progress grew by %d after a %d-byte message", after-before, len(msg))
@@ -70,6 +73,88 @@ func TestWebsocketProgressCountsWrittenBytes(t *testing.T) {
 	}
 	if _, ok := (&WebsocketTransport{}).Progress(); ok {
 		t.Error("a dialed transport cannot count bytes")
+	}
+}
+
+// The messages of one batch (WriteMessage ... Flush) leave in one write:
+// nothing reaches the socket before Flush, all of it at Flush, in order. A
+// large message is not held: it goes at once, after what is held.
+func TestWebsocketBatchLeavesAtFlush(t *testing.T) {
+	url, got := acceptServer(t)
+	c := dialClient(t, url)
+	tr := <-got
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msgs := [][]byte{[]byte(`{"method":"a"}`), []byte(`{"method":"b","params":{"pad":"` + strings.Repeat("b", 3000) + `"}}`), []byte(`{"method":"c"}`)}
+	p0, _ := tr.Progress()
+	total := 0
+	for _, m := range msgs {
+		if err := tr.WriteMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		total += len(m)
+	}
+	if p, _ := tr.Progress(); p != p0 {
+		t.Fatalf("%d bytes reached the socket before Flush; a batch must leave in one write", p-p0)
+	}
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p1, _ := tr.Progress()
+	if p1-p0 < uint64(total) {
+		t.Fatalf("Flush sent %d bytes of %d", p1-p0, total)
+	}
+	big := []byte(`{"method":"big","params":{"pad":"` + strings.Repeat("x", 100<<10) + `"}}`)
+	msgs = append(msgs, msgs[0], big, msgs[2])
+	if err := tr.WriteMessage(ctx, msgs[3]); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.WriteMessage(ctx, big); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := tr.Progress(); p-p1 < uint64(len(msgs[3])+len(big)) {
+		t.Fatalf("a %d-byte message was held (%d bytes sent)", len(big), p-p1)
+	}
+	if err := tr.WriteMessage(ctx, msgs[5]); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range msgs {
+		_, b, err := c.Read(ctx)
+		if err != nil || string(b) != string(want) {
+			t.Fatalf("message %d: got %d bytes (%v), want %d", i, len(b), err, len(want))
+		}
+	}
+}
+
+// A close handshake started while a batch is held sends the held messages,
+// then the close frame, at once (not after a Flush that may never come).
+func TestWebsocketCloseWithSendsHeldBatch(t *testing.T) {
+	url, got := acceptServer(t)
+	c := dialClient(t, url)
+	tr := <-got
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tr.WriteMessage(ctx, []byte(`{"method":"last"}`)); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- tr.CloseWith(ClosePolicy, "bye") }()
+	if _, b, err := c.Read(ctx); err != nil || string(b) != `{"method":"last"}` {
+		t.Fatalf("got %q, %v; want the held message first", b, err)
+	}
+	_, _, err := c.Read(ctx)
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != ClosePolicy || ce.Reason != "bye" {
+		t.Fatalf("client saw %v; want close 1008 bye", err)
+	}
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("CloseWith did not return")
 	}
 }
 
