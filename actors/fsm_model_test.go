@@ -30,6 +30,7 @@ func (s *fsmSession) CloseStdin() error           { return nil }
 func (s *fsmSession) Resize(uint16, uint16) error { return nil }
 func (s *fsmSession) CloseOutputs()               { s.closeOutputs++ }
 func (s *fsmSession) Release()                    {}
+func (s *fsmSession) ReleaseIfEmpty()             {}
 func (s *fsmSession) Signal(sig syscall.Signal) error {
 	s.signals = append(s.signals, sig)
 	return nil

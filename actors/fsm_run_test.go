@@ -44,6 +44,7 @@ func (s *clockSession) CloseStdin() error           { return nil }
 func (s *clockSession) Resize(uint16, uint16) error { return ErrNotPTY }
 func (s *clockSession) Limit(int) string            { return "" }
 func (s *clockSession) Release()                    {}
+func (s *clockSession) ReleaseIfEmpty()             {}
 func (s *clockSession) CloseOutputs() {
 	s.mu.Lock()
 	s.forced++

@@ -125,6 +125,7 @@ type fakeSession struct{}
 
 func (fakeSession) Limit(int) string               { return "" }
 func (fakeSession) Release()                       {}
+func (fakeSession) ReleaseIfEmpty()                {}
 func (fakeSession) Pid() int                       { return 0 }
 func (fakeSession) Streams() []Stream              { return []Stream{Stdout} }
 func (fakeSession) Output(int) Reader              { return nil }

@@ -85,12 +85,38 @@ func (r *fileChunks) ReadChunk(max int) ([]byte, error) {
 	return nil, err // the file was closed under us
 }
 
-// setPipeSize enlarges a pipe so a fast child is not stalled by a 64 KiB
-// buffer while the pipeline drains; failure (limits) is harmless.
-func setPipeSize(f *os.File, size int) {
-	if rc, err := f.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, size) })
+// outputPipe makes a child's output pipe of pipeSize (a fast child is not
+// stalled by a 64 KiB pipe while its reader is scheduled): the read end
+// non-blocking and registered with the runtime poller (a reader parks no
+// thread), the write end blocking and not registered, as the child wants
+// it (os.Pipe would register both ends, then make the child's blocking
+// again: two more system calls each way for an end the parent only
+// closes).
+func outputPipe() (r, w *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
 	}
+	_, _ = unix.FcntlInt(uintptr(p[0]), unix.F_SETPIPE_SZ, pipeSize)
+	if err := unix.SetNonblock(p[1], false); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), os.NewFile(uintptr(p[1]), "|1"), nil
+}
+
+// devNull is /dev/null opened once for reading, the stdin of every child
+// started without one (each child gets its own copy of the descriptor).
+var devNull struct {
+	once sync.Once
+	f    *os.File
+	err  error
+}
+
+func sharedDevNull() (*os.File, error) {
+	devNull.once.Do(func() { devNull.f, devNull.err = os.Open(os.DevNull) })
+	return devNull.f, devNull.err
 }
 
 // pidWaiter reaps a child through a pidfd registered with the runtime

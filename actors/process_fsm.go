@@ -360,6 +360,9 @@ func (p *process) settle() bool {
 		}
 		if p.transition(phaseRetained, why) {
 			p.expireAt = now.Add(max(p.cfg.ClosedRetention, 0))
+			// A tree that ended with its process needs no cgroup while
+			// the process is retained (nor holds one for the next start).
+			p.sess.ReleaseIfEmpty()
 		}
 	}
 	if p.phase == phaseRetained {

@@ -83,6 +83,10 @@ type Session interface {
 	// Limit names the resource limit that ended the process with exit
 	// code code, or "". Called by the actor after Wait returned.
 	Limit(code int) string
+	// ReleaseIfEmpty frees the tree's cgroup now if nothing of the tree
+	// is left; called when the process is retained (closed, its ending
+	// delivered). Release still follows.
+	ReleaseIfEmpty()
 	// Release kills what is left of the tree and frees its cgroup; called
 	// once, when the process actor ends.
 	Release()
@@ -210,28 +214,26 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 				return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
 			}
 			stdinChild, s.stdin = r, w
+			childFiles = append(childFiles, stdinChild)
 		} else {
-			devnull, perr := os.Open(os.DevNull)
+			devnull, perr := sharedDevNull()
 			if perr != nil {
 				return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
 			}
-			stdinChild = devnull
+			stdinChild = devnull // shared: not closed here
 		}
-		childFiles = append(childFiles, stdinChild)
-		outR, outW, perr := os.Pipe()
+		outR, outW, perr := outputPipe()
 		if perr != nil {
 			return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
 		}
 		childFiles = append(childFiles, outW)
 		s.outputs = append(s.outputs, outR)
-		setPipeSize(outR, pipeSize)
-		errR, errW, perr := os.Pipe()
+		errR, errW, perr := outputPipe()
 		if perr != nil {
 			return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
 		}
 		childFiles = append(childFiles, errW)
 		s.outputs = append(s.outputs, errR)
-		setPipeSize(errR, pipeSize)
 		s.streams = []Stream{Stdout, Stderr}
 		attr.Files = []*os.File{stdinChild, outW, errW}
 	}
@@ -358,6 +360,8 @@ func (s *osSession) Resize(rows, cols uint16) error {
 func (s *osSession) Limit(code int) string { return s.group.LimitHit(code) }
 
 func (s *osSession) Release() { s.group.Release() }
+
+func (s *osSession) ReleaseIfEmpty() { s.group.ReleaseIfEmpty() }
 
 func (s *osSession) CloseOutputs() {
 	for _, f := range s.outputs {

@@ -93,6 +93,7 @@ func (f *fakeSession) Resize(rows, cols uint16) error { return nil }
 func (f *fakeSession) CloseOutputs()                  { f.forcedOnce.Do(func() { close(f.forced) }) }
 func (f *fakeSession) Limit(int) string               { return "" }
 func (f *fakeSession) Release()                       {}
+func (f *fakeSession) ReleaseIfEmpty()                {}
 
 func (f *fakeSession) Write(p []byte) error {
 	f.mu.Lock()

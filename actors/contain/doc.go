@@ -27,12 +27,21 @@
 //	g.Started(pid)                       // right after the start (registers the tree with the subreaper)
 //	g.Kill()                             // SIGKILL the whole tree
 //	limit := g.LimitHit(exitCode)        // "memory", "pids", "cpu", "fileSize" or ""
+//	g.ReleaseIfEmpty()                   // once the process ended: free the cgroup if its tree is gone
 //	g.Release()                          // kill what is left, remove the cgroups
 //	m.Close()                            // at daemon exit
 //
+// Cloning into a cgroup just created costs more than into one that
+// existed, so a Manager keeps up to 16 spare v2 cgroups: an empty cgroup
+// without limits whose tree ended by itself (never cgroup.kill'ed: on
+// Linux 6.18 a killed cgroup kills whatever is cloned into it later) goes
+// back to the spares on release, and NewGroup without limits takes one
+// before it creates a cgroup.
+//
 // # Concurrency
 //
-// A Manager is read-only after NewManager (Close is once). A Group is
+// A Manager is read-only after NewManager (Close is once) except its
+// spares, a buffered channel any group's owner may put to or take from. A Group is
 // owned by the process actor of its process; Kill and LimitHit only write
 // or read cgroup files, or ask the subreaper. The subreaper is one
 // goroutine per process (PR_SET_CHILD_SUBREAPER is a process attribute)

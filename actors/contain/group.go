@@ -32,6 +32,13 @@ type Group struct {
 	// goroutine from then on). Both nil in other modes.
 	reap *reaper
 	tree *tree
+	// pool is the manager whose spares this group's cgroup may join on
+	// release (no limits, no v1 cgroup), nil otherwise.
+	pool *Manager
+	// killed: cgroup.kill was written. Such a cgroup is never reused: a
+	// kernel may kill what is later cloned into it (6.18 does: the
+	// cgroup's kill sequence no longer matches the new child's).
+	killed atomic.Bool
 }
 
 // Rlimit is one per-process resource limit for the helper to set.
@@ -53,9 +60,19 @@ func (m *Manager) NewGroup(lim Limits) (_ *Group, err error) {
 	}()
 	name := strconv.FormatUint(groupSeq.Add(1), 10)
 	if m.v2 != "" {
-		dir := filepath.Join(m.v2, name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("contain: create cgroup: %w", err)
+		dir := ""
+		if lim.IsZero() && m.track == "" {
+			g.pool = m
+			select {
+			case dir = <-m.spare: // empty since its last tree ended
+			default:
+			}
+		}
+		if dir == "" {
+			dir = filepath.Join(m.v2, name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("contain: create cgroup: %w", err)
+			}
 		}
 		g.v2 = dir
 		fd, err := os.Open(dir)
@@ -215,6 +232,7 @@ func (g *Group) Kill() error {
 		return g.reap.call(reqKill, g.tree)
 	}
 	if g.v2 != "" {
+		g.killed.Store(true)
 		if err := os.WriteFile(filepath.Join(g.v2, "cgroup.kill"), []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("contain: cgroup.kill: %w", err)
 		}
@@ -309,7 +327,8 @@ func (g *Group) cpuOver() bool {
 }
 
 // Release kills what is left of the tree, waits (bounded) for it to empty
-// and removes the cgroups. Safe to call more than once.
+// and removes the cgroups (or keeps an empty one that was never killed for
+// reuse, see Manager.spare). Safe to call more than once.
 func (g *Group) Release() {
 	if g == nil {
 		return
@@ -318,18 +337,49 @@ func (g *Group) Release() {
 		_ = g.reap.call(reqRelease, g.tree)
 		g.tree = nil
 	}
-	if !g.Empty() {
+	empty := g.Empty()
+	if !empty {
 		_ = g.Kill()
-		for i := 0; i < 200 && !g.Empty(); i++ {
+		for i := 0; i < 200 && !empty; i++ {
 			time.Sleep(time.Millisecond)
+			empty = g.Empty()
 		}
 	}
+	g.free(empty)
+}
+
+// ReleaseIfEmpty releases the group now if no process of its tree is left
+// (the tree ended with its process: nothing remains to contain), and
+// reports whether it did. A tree that is still running keeps its group
+// until Release. Not for a subreaper's tree (ModeSubreaper), which is
+// released by Release only.
+func (g *Group) ReleaseIfEmpty() bool {
+	if g == nil || g.tree != nil || (g.v2 == "" && len(g.v1) == 0) || !g.Empty() {
+		return false
+	}
+	g.free(true)
+	return true
+}
+
+// free closes the descriptor and removes the cgroups; an empty v2 cgroup
+// without limits goes back to the manager's spares if there is room.
+func (g *Group) free(empty bool) {
 	if g.fd != nil {
 		g.fd.Close()
 		g.fd = nil
 	}
 	if g.v2 != "" {
-		_ = rmdirQuiet(g.v2)
+		kept := false
+		if empty && !g.killed.Load() && g.pool != nil && len(g.v1) == 0 && !g.pool.closed.Load() {
+			select {
+			case g.pool.spare <- g.v2:
+				kept = true
+			default:
+			}
+		}
+		if !kept {
+			_ = rmdirQuiet(g.v2)
+		}
 		g.v2 = ""
 	}
 	for c, d := range g.v1 {

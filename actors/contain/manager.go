@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -50,7 +51,19 @@ type Manager struct {
 	// (ModeSubreaper), nil otherwise. Set to nil by Close (closeOnce).
 	reap      *reaper
 	closeOnce sync.Once
+	// spare holds empty per-process v2 cgroups for reuse (nil without a v2
+	// hierarchy): a released group without limits whose tree is gone is
+	// put here instead of removed, and the next NewGroup without limits
+	// takes it instead of creating one. Cloning into a cgroup that has
+	// just been created costs more than into one that existed (its
+	// directory, then its first css_set); at most spareCap wait. Drained
+	// by Close.
+	spare  chan string
+	closed atomic.Bool // Close ran: no cgroup joins the spares any more
 }
+
+// spareCap is how many empty cgroups a Manager keeps for reuse.
+const spareCap = 16
 
 // Mode values: how process trees are tracked.
 const (
@@ -87,6 +100,7 @@ func NewManager(want string) *Manager {
 		if err := os.Mkdir(dir, 0o755); err == nil || errors.Is(err, os.ErrExist) {
 			if exists(filepath.Join(dir, "cgroup.kill")) {
 				m.v2 = dir
+				m.spare = make(chan string, spareCap)
 				// Delegate memory and pids to per-process children when the
 				// daemon's own cgroup offers them.
 				for _, c := range []string{"memory", "pids"} {
@@ -175,12 +189,22 @@ func (m *Manager) how(c string) string {
 // ModeSubreaper, stops the subreaper (killing and reaping every orphan
 // left); groups must be released first. Safe to call more than once.
 func (m *Manager) Close() error {
+	m.closed.Store(true)
 	m.closeOnce.Do(func() {
 		if m.reap != nil {
 			releaseReaper(m.reap)
 		}
 	})
 	var errs []error
+	for m.spare != nil {
+		select {
+		case d := <-m.spare:
+			errs = append(errs, rmdirQuiet(d))
+			continue
+		default:
+		}
+		break
+	}
 	if m.v2 != "" {
 		errs = append(errs, rmdirQuiet(m.v2))
 	}
