@@ -512,7 +512,7 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, SpawnWireError(err))
 		return
 	}
-	c.session.Procs[p.ProcessID] = ref
+	c.session.Add(p.ProcessID, ref)
 	c.reply(msg.ID, wire.StartResult{ProcessID: p.ProcessID, SandboxType: SandboxType(spec.Sandbox)}, nil)
 }
 

@@ -18,6 +18,19 @@ const registryMailboxCap = 64
 type SessionTable struct {
 	ID    string
 	Procs map[string]*ProcessRef
+	// open holds the entries of Procs not yet seen closed (Add puts them
+	// here, Active prunes them), so that counting the active processes at
+	// each start costs the active ones, not every retained one.
+	open map[string]*ProcessRef
+}
+
+// Add enters a started process.
+func (t *SessionTable) Add(id string, ref *ProcessRef) {
+	t.Procs[id] = ref
+	if t.open == nil {
+		t.open = make(map[string]*ProcessRef)
+	}
+	t.open[id] = ref
 }
 
 // Lookup returns the live process with the given id. An entry whose actor
@@ -31,22 +44,23 @@ func (t *SessionTable) Lookup(id string) (*ProcessRef, bool) {
 	}
 	if !ref.Alive() && ref.Failure() == nil {
 		delete(t.Procs, id)
+		delete(t.open, id)
 		return nil, false
 	}
 	return ref, true
 }
 
-// Active counts the processes that are not closed yet.
+// Active counts the processes that are not closed yet (forgetting, in
+// its count of them, the ones that closed since the last call).
 func (t *SessionTable) Active() int {
-	n := 0
-	for _, ref := range t.Procs {
+	for id, ref := range t.open {
 		select {
 		case <-ref.Closed():
+			delete(t.open, id)
 		default:
-			n++
 		}
 	}
-	return n
+	return len(t.open)
 }
 
 // ResumeError is why a session could not be resumed.

@@ -28,8 +28,13 @@ type Local struct {
 	iso    *isolation
 	nextID atomic.Uint64
 
-	mu       sync.Mutex // guards procs and starts only; never held while calling an actor
-	procs    map[string]*actors.ProcessRef
+	mu    sync.Mutex // guards procs, open, spawning and starts only; never held while calling an actor
+	procs map[string]*actors.ProcessRef
+	// open holds the processes not yet seen closed (activeLocked prunes
+	// it) and spawning counts the Starts under way, so that counting the
+	// active processes costs the active ones, not every retained one.
+	open     map[*actors.ProcessRef]struct{}
+	spawning int
 	starts   int
 	maxProcs int   // Config.MaxProcesses: a Local is one session
 	cfgErr   error // Config.Validate's error: every Start returns it
@@ -50,7 +55,7 @@ func NewLocal(cfg Config) *Local {
 	scfg := supervisorConfig(cfg, iso)
 	scfg.Budgets = cfg.budgets(ProbeMachine())
 	scfg.FsRoots = roots // process cwds too
-	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr}
+	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), open: make(map[*actors.ProcessRef]struct{}), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr}
 }
 
 func supervisorConfig(cfg Config, iso *isolation) actors.Config {
@@ -110,6 +115,7 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		return nil, rpcErr(wire.ErrProcessLimit(l.maxProcs))
 	}
 	l.procs[spec.ID] = nil // reserve the id while spawning
+	l.spawning++
 	if l.starts++; l.starts%256 == 0 {
 		// Forget processes whose retention ended (their ids are free).
 		for id, ref := range l.procs {
@@ -121,10 +127,12 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	l.mu.Unlock()
 	ref, first, err := l.sup.SpawnListening(spec.ID, as, min(firstListenerCap, liveQueueCap), active)
 	l.mu.Lock()
+	l.spawning--
 	if err != nil {
 		delete(l.procs, spec.ID)
 	} else {
 		l.procs[spec.ID] = ref
+		l.open[ref] = struct{}{}
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -150,22 +158,18 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 // fills first, that subscriber lags and re-reads retained history.
 const firstListenerCap = 16
 
-// activeLocked counts the processes that are starting or not yet closed
-// (l.mu held; it only looks at channels).
+// activeLocked counts the processes that are starting or not yet closed,
+// forgetting (in open) the ones that closed since the last call (l.mu
+// held; it only looks at channels).
 func (l *Local) activeLocked() int {
-	n := 0
-	for _, ref := range l.procs {
-		if ref == nil {
-			n++
-			continue
-		}
+	for ref := range l.open {
 		select {
 		case <-ref.Closed():
+			delete(l.open, ref)
 		default:
-			n++
 		}
 	}
-	return n
+	return len(l.open) + l.spawning
 }
 
 // actorSpec is spec, which Spec.validate has checked, as the actors take it.
