@@ -240,12 +240,9 @@ func (c *conn) queueLoop() {
 		}
 		select {
 		case ev := <-evCh:
-			it := outItem{ev: ev, size: eventSize(ev)}
-			fifo = append(fifo, it)
-			queued += it.size
+			fifo, queued = c.takeReady(append(fifo, outItem{ev: ev, size: eventSize(ev)}), queued+eventSize(ev))
 		case it := <-respCh:
-			fifo = append(fifo, it)
-			queued += it.size
+			fifo, queued = c.takeReady(append(fifo, it), queued+it.size)
 		case <-tokCh:
 			holding = true
 		case w := <-c.written:
@@ -294,6 +291,25 @@ func (c *conn) queueLoop() {
 			}
 		}
 	}
+}
+
+// takeReady appends to fifo the events and answers whose senders are
+// already waiting (within the budget), so that what a process actor hands
+// over back to back (an exited and a closed event, a run of output) leaves
+// in one batch and one write rather than racing the write token.
+func (c *conn) takeReady(fifo []outItem, queued int) ([]outItem, int) {
+	for queued < c.budget {
+		select {
+		case ev := <-c.events:
+			it := outItem{ev: ev, size: eventSize(ev)}
+			fifo, queued = append(fifo, it), queued+it.size
+		case it := <-c.responses:
+			fifo, queued = append(fifo, it), queued+it.size
+		default:
+			return fifo, queued
+		}
+	}
+	return fifo, queued
 }
 
 // flushLast hands what is still queued to the writer for a last write when

@@ -377,3 +377,22 @@ func TestAppServerBufferedOutputIsCharged(t *testing.T) {
 		t.Fatalf("after the first exit: %d bytes, capReached %v; want all 2000000", len(out), ex["stdoutCapReached"])
 	}
 }
+
+// What a process actor hands over back to back leaves in one batch: the
+// queue takes every event and answer already waiting (within the budget)
+// before it takes the write token.
+func TestQueueTakesReadyItemsTogether(t *testing.T) {
+	c := &conn{events: make(chan Event, 4), responses: make(chan outItem, 1), budget: 1 << 20}
+	c.events <- Event{ProcessID: "p", Kind: EventClosed, Seq: 3}
+	c.responses <- outItem{b: []byte(`{"id":1,"result":{}}`), size: 20}
+	fifo, queued := c.takeReady([]outItem{{ev: Event{ProcessID: "p", Kind: EventExited, Seq: 2}, size: 10}}, 10)
+	if len(fifo) != 3 || queued != 10+20+eventSize(Event{ProcessID: "p", Kind: EventClosed, Seq: 3}) {
+		t.Fatalf("took %d items (%d bytes); want the exited event with the closed event and the answer waiting behind it", len(fifo), queued)
+	}
+	// Within the budget only: a full queue takes nothing more.
+	c.budget = 1
+	c.events <- Event{ProcessID: "p", Kind: EventOutput, Seq: 4, Data: []byte("x")}
+	if fifo, _ = c.takeReady(nil, 1); len(fifo) != 0 {
+		t.Fatalf("took %d items over the budget", len(fifo))
+	}
+}
