@@ -292,8 +292,8 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 	var out []benchResult
 	want := func(f string) bool { return strings.Contains(b.o.only, f) }
 	if want("a") {
-		var series [3][2][]float64 // bare, contained, sandboxed x p50, p99
-		var ratio [2][]float64     // contained/bare, sandboxed/bare p50
+		var series [4][2][]float64 // bare, contained, sandboxed, idle round trip x p50, p99
+		var ratio [3][]float64     // contained/bare, sandboxed/bare, contained/(bare + idle round trip) p50
 		sandboxed := b.spawnSandbox != nil
 		for i := 0; i < b.o.runs; i++ {
 			b.progress.step("a spawn latency", i+1, b.o.runs)
@@ -311,6 +311,7 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 			}
 			bare := percentile(d[0], 0.50)
 			ratio[0] = append(ratio[0], float64(percentile(d[1], 0.50))/float64(bare))
+			ratio[2] = append(ratio[2], float64(percentile(d[1], 0.50))/float64(bare+percentile(d[3], 0.50)))
 			if len(d[2]) > 0 {
 				ratio[1] = append(ratio[1], float64(percentile(d[2], 0.50))/float64(bare))
 			}
@@ -319,7 +320,9 @@ func (b *bencher) run(ctx context.Context) ([]benchResult, error) {
 		out = append(out,
 			summarize("a bare fork/exec p50 (client)", "ms", series[0][0]), summarize("a bare fork/exec p99 (client)", "ms", series[0][1]),
 			summarize("a spawn->closed p50", "ms", series[1][0]), summarize("a spawn->closed p99", "ms", series[1][1]),
-			summarize("a spawn->closed p50 / bare", "x", ratio[0]))
+			summarize("a spawn->closed p50 / bare", "x", ratio[0]),
+			summarize("a idle round trip p50 (after a bare fork/exec)", "ms", series[3][0]),
+			summarize("a spawn->closed p50 / (bare + idle round trip)", "x", ratio[2]))
 		if sandboxed {
 			out = append(out,
 				summarize("a spawn->closed p50, "+sbName, "ms", series[2][0]), summarize("a spawn->closed p99, "+sbName, "ms", series[2][1]),
@@ -405,18 +408,31 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // process/start without a sandbox, and (when sandboxed) one with
 // b.spawnSandbox. It reports false for sandboxed when the server refused
 // the sandbox (the series is then left out).
-func (b *bencher) spawnLatency(ctx context.Context, sandboxed bool) ([3][]time.Duration, bool, error) {
-	var out [3][]time.Duration
-	for i := 0; i < b.o.spawnN; i++ {
+//
+// The fourth series is the protocol's own floor for a spawn: one request
+// and its answer (process/read of an unknown process) sent, like a
+// process/start, right after a bare fork/exec, when the server has been
+// idle for as long. A spawn->closed cannot take less than a bare fork/exec
+// plus that round trip (a request in, a message out).
+func (b *bencher) spawnLatency(ctx context.Context, sandboxed bool) ([4][]time.Duration, bool, error) {
+	var out [4][]time.Duration
+	bareRun := func() (time.Duration, error) {
 		start := time.Now()
 		p, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
 		if err != nil {
-			return out, sandboxed, err
+			return 0, err
 		}
 		if _, err := p.Wait(); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	}
+	for i := 0; i < b.o.spawnN; i++ {
+		d, err := bareRun()
+		if err != nil {
 			return out, sandboxed, err
 		}
-		out[0] = append(out[0], time.Since(start))
+		out[0] = append(out[0], d)
 		for k, sb := range []any{nil, b.spawnSandbox} {
 			if k == 1 && !sandboxed {
 				break
@@ -436,6 +452,16 @@ func (b *bencher) spawnLatency(ctx context.Context, sandboxed bool) ([3][]time.D
 			}
 			out[k+1] = append(out[k+1], time.Since(start))
 		}
+		if _, err := bareRun(); err != nil { // the same idle pause
+			return out, sandboxed, err
+		}
+		start := time.Now()
+		_, err = b.c.call(ctx, "process/read", map[string]any{"processId": "a-none", "afterSeq": 0, "maxBytes": 1, "waitMs": 0})
+		var re *wire.Error
+		if err != nil && !errors.As(err, &re) {
+			return out, sandboxed, err
+		}
+		out[3] = append(out[3], time.Since(start))
 	}
 	return out, sandboxed, nil
 }
