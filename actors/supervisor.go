@@ -224,7 +224,7 @@ func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Sessi
 
 // spawn starts the actor around sess; nil when the supervisor has stopped.
 func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration, meta *Metadata, listener chan Event) *ProcessRef {
-	log := s.log.Named("proc").With(zap.String("process_id", id), zap.Int("pid", sess.Pid()))
+	log := s.log.Named("proc").WithLazy(zap.String("process_id", id), zap.Int("pid", sess.Pid())) // fields encoded only if it logs
 	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
 	ref.meta = meta // immutable from here: set before any goroutine sees ref
 	if listener != nil {
