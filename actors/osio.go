@@ -27,17 +27,30 @@ var readBufs = sync.Pool{New: func() any { b := make([]byte, maxReadChunk); retu
 // fileChunks reads a pipe or PTY master through the runtime poller and
 // coalesces everything already available, up to max, into one chunk:
 // fewer, larger chunks when the child writes faster than the client reads.
+//
+// grow, for a pipe, is the size to enlarge it to once a read finds it at
+// least half full (a child that writes faster than a small pipe drains);
+// 0 once done, or for a PTY. Owned by the reader goroutine.
 type fileChunks struct {
-	f  *os.File
-	rc syscall.RawConn
+	f    *os.File
+	rc   syscall.RawConn
+	grow int
 }
 
-func newFileChunks(f *os.File) Reader {
+// pipeGrowAt is how much one read must find in a pipe of the default 64
+// KiB before the pipe is enlarged to pipeSize.
+const pipeGrowAt = 32 << 10
+
+func newFileChunks(f *os.File, pipe bool) Reader {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return f
 	}
-	return &fileChunks{f: f, rc: rc}
+	r := &fileChunks{f: f, rc: rc}
+	if pipe {
+		r.grow = pipeSize
+	}
+	return r
 }
 
 // Read satisfies Reader for callers that do not know ReadChunk.
@@ -69,6 +82,12 @@ func (r *fileChunks) ReadChunk(max int) ([]byte, error) {
 			}
 			break
 		}
+		if n >= pipeGrowAt && r.grow > 0 {
+			// Enlarged here, not at the start: most children never fill
+			// a pipe, and a start is quicker without the allocation.
+			_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, r.grow)
+			r.grow = 0
+		}
 		if n > 0 {
 			out = append([]byte(nil), buf[:n]...)
 			rerr = nil // report the end on the next call
@@ -85,8 +104,8 @@ func (r *fileChunks) ReadChunk(max int) ([]byte, error) {
 	return nil, err // the file was closed under us
 }
 
-// outputPipe makes a child's output pipe of pipeSize (a fast child is not
-// stalled by a 64 KiB pipe while its reader is scheduled): the read end
+// outputPipe makes a child's output pipe (its reader enlarges it to
+// pipeSize when the child fills it, see fileChunks): the read end
 // non-blocking and registered with the runtime poller (a reader parks no
 // thread), the write end blocking and not registered, as the child wants
 // it (os.Pipe would register both ends, then make the child's blocking
@@ -94,11 +113,11 @@ func (r *fileChunks) ReadChunk(max int) ([]byte, error) {
 // closes).
 func outputPipe() (r, w *os.File, err error) {
 	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return nil, nil, os.NewSyscallError("pipe2", err)
 	}
-	_, _ = unix.FcntlInt(uintptr(p[0]), unix.F_SETPIPE_SZ, pipeSize)
-	if err := unix.SetNonblock(p[1], false); err != nil {
+	// The read end's only status flag is then O_NONBLOCK (O_RDONLY is 0).
+	if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
 		unix.Close(p[0])
 		unix.Close(p[1])
 		return nil, nil, os.NewSyscallError("fcntl", err)

@@ -296,7 +296,7 @@ func errUnwrapPath(err error) error {
 
 func (s *osSession) Pid() int            { return s.pid }
 func (s *osSession) Streams() []Stream   { return s.streams }
-func (s *osSession) Output(i int) Reader { return newFileChunks(s.outputs[i]) }
+func (s *osSession) Output(i int) Reader { return newFileChunks(s.outputs[i], !s.tty) }
 func (s *osSession) HasStdin() bool      { return s.stdin != nil }
 
 func (s *osSession) Wait() int {

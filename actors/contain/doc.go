@@ -35,8 +35,9 @@
 // existed, so a Manager keeps up to 16 spare v2 cgroups: an empty cgroup
 // without limits whose tree ended by itself (never cgroup.kill'ed: on
 // Linux 6.18 a killed cgroup kills whatever is cloned into it later) goes
-// back to the spares on release, and NewGroup without limits takes one
-// before it creates a cgroup.
+// back to the spares on release (with a descriptor of it opened then), and
+// NewGroup without limits takes one before it creates a cgroup: the start
+// that takes a spare makes no system call for its cgroup.
 //
 // # Concurrency
 //

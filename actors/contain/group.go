@@ -60,14 +60,15 @@ func (m *Manager) NewGroup(lim Limits) (_ *Group, err error) {
 	}()
 	name := strconv.FormatUint(groupSeq.Add(1), 10)
 	if m.v2 != "" {
-		dir := ""
+		var sp spareCgroup
 		if lim.IsZero() && m.track == "" {
 			g.pool = m
 			select {
-			case dir = <-m.spare: // empty since its last tree ended
+			case sp = <-m.spare: // empty since its last tree ended, and open
 			default:
 			}
 		}
+		dir := sp.dir
 		if dir == "" {
 			dir = filepath.Join(m.v2, name)
 			if err := os.Mkdir(dir, 0o755); err != nil {
@@ -75,11 +76,14 @@ func (m *Manager) NewGroup(lim Limits) (_ *Group, err error) {
 			}
 		}
 		g.v2 = dir
-		fd, err := os.Open(dir)
-		if err != nil {
-			return nil, fmt.Errorf("contain: open cgroup: %w", err)
+		g.fd = sp.fd
+		if g.fd == nil {
+			fd, err := os.Open(dir)
+			if err != nil {
+				return nil, fmt.Errorf("contain: open cgroup: %w", err)
+			}
+			g.fd = fd
 		}
-		g.fd = fd
 		if lim.MemoryBytes > 0 && m.v2Ctrl["memory"] {
 			if err := write(dir, "memory.max", lim.MemoryBytes); err != nil {
 				return nil, err
@@ -371,10 +375,14 @@ func (g *Group) free(empty bool) {
 	if g.v2 != "" {
 		kept := false
 		if empty && !g.killed.Load() && g.pool != nil && len(g.v1) == 0 && !g.pool.closed.Load() {
-			select {
-			case g.pool.spare <- g.v2:
-				kept = true
-			default:
+			// Opened now, so that the start that takes it has nothing to do.
+			if fd, err := os.Open(g.v2); err == nil {
+				select {
+				case g.pool.spare <- spareCgroup{dir: g.v2, fd: fd}:
+					kept = true
+				default:
+					fd.Close()
+				}
 			}
 		}
 		if !kept {

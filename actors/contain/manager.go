@@ -58,8 +58,15 @@ type Manager struct {
 	// just been created costs more than into one that existed (its
 	// directory, then its first css_set); at most spareCap wait. Drained
 	// by Close.
-	spare  chan string
+	spare  chan spareCgroup
 	closed atomic.Bool // Close ran: no cgroup joins the spares any more
+}
+
+// spareCgroup is an empty cgroup kept for reuse, with the descriptor to
+// clone into it already open (a spare costs the manager one descriptor).
+type spareCgroup struct {
+	dir string
+	fd  *os.File
 }
 
 // spareCap is how many empty cgroups a Manager keeps for reuse.
@@ -100,7 +107,7 @@ func NewManager(want string) *Manager {
 		if err := os.Mkdir(dir, 0o755); err == nil || errors.Is(err, os.ErrExist) {
 			if exists(filepath.Join(dir, "cgroup.kill")) {
 				m.v2 = dir
-				m.spare = make(chan string, spareCap)
+				m.spare = make(chan spareCgroup, spareCap)
 				// Delegate memory and pids to per-process children when the
 				// daemon's own cgroup offers them.
 				for _, c := range []string{"memory", "pids"} {
@@ -198,8 +205,9 @@ func (m *Manager) Close() error {
 	var errs []error
 	for m.spare != nil {
 		select {
-		case d := <-m.spare:
-			errs = append(errs, rmdirQuiet(d))
+		case sp := <-m.spare:
+			sp.fd.Close()
+			errs = append(errs, rmdirQuiet(sp.dir))
 			continue
 		default:
 		}
