@@ -5,14 +5,16 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
-// This file runs only in the helper, between fork and the command's
-// execve, on the one OS thread that will call execve.
+// This file runs between fork and the command's execve, on the one OS
+// thread that will call execve: the helper's, or a spawning thread of the
+// daemon.
 
 // pins are the O_PATH descriptors opened by pinned. In the helper they
 // close at execve (O_CLOEXEC); on a spawning thread of the daemon they
@@ -113,18 +115,24 @@ func applyOverlays(l layers, scratch string, ps *pins) error {
 // dropCapabilities empties the bounding, inheritable and ambient sets, so
 // that the command (even as uid 0) holds no capability after execve:
 // a sandboxed child cannot mount, load modules, or bypass file modes.
+// lastCap caches the kernel's highest capability number (it cannot
+// change while the daemon runs); read on the first drop, before that
+// thread's Landlock applies.
+var lastCap = sync.OnceValue(func() int {
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			return n
+		}
+	}
+	return unix.CAP_LAST_CAP
+})
+
 func dropCapabilities() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl(NO_NEW_PRIVS): %w", err)
 	}
 	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-	last := unix.CAP_LAST_CAP
-	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil { // read before Landlock applies
-		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			last = n
-		}
-	}
-	for c := 0; c <= last; c++ {
+	for c := 0; c <= lastCap(); c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
 			if err == unix.EPERM && !hasCap(unix.CAP_SETPCAP) {
 				break // an unprivileged daemon: there is nothing to drop
