@@ -1,18 +1,28 @@
 package wire
 
 import (
+	"context"
 	"net"
 	"sync"
+	"time"
 )
 
 // Write coalescing of an accepted websocket connection.
 //
 // coder/websocket flushes its buffer to the network connection after every
 // frame, so a batch of n messages costs n write system calls and, on the
-// peer, up to n wake-ups. Between WriteMessage (which corks) and Flush the
-// coalescer holds small writes in a pooled buffer and sends them together;
-// a large write goes out at once with what is held before it, in one
-// writev, without being copied.
+// peer, up to n wake-ups. The coalescer holds the small writes made during
+// WriteMessage's own frame write (corked: only for that call) in a pooled
+// buffer until Flush, and sends them together; a large write goes out at
+// once with what is held before it, in one writev, without being copied.
+// A write made by anyone else between WriteMessage calls (coder/websocket
+// answering a ping, or the peer's close frame just before it closes the
+// socket) is not held: it takes what is held with it, in order.
+//
+// Flush's socket write has no deadline of its own, so it is bounded by the
+// context of the batch's last WriteMessage: when that ends, the write is
+// cut (a past write deadline) and Flush fails, as a WriteMessage would
+// have.
 //
 // Concurrency: coder/websocket calls write from whichever goroutine writes
 // a frame (the connection's writer, the reader answering a request, its
@@ -22,7 +32,8 @@ import (
 // orders the bytes of one socket and guards nothing else.
 //
 // Backpressure: at most coalesceMax bytes are held; a write that would
-// exceed it, or one of coalesceDirect bytes or more, sends what is held.
+// exceed it, or one of coalesceDirect bytes or more (the part of a frame
+// beyond coder/websocket's 1 KiB buffer is one write), sends what is held.
 
 const (
 	// coalesceMax is the most a cork holds before it sends.
@@ -39,20 +50,32 @@ var coalesceBufs = sync.Pool{New: func() any { b := make([]byte, 0, coalesceMax)
 // coalescer is the write side of a progressConn.
 type coalescer struct {
 	mu      sync.Mutex
-	corked  bool    // writes are held until flush
-	stopped bool    // CloseWith ran: never cork again
-	held    *[]byte // from coalesceBufs while something is held; nil otherwise
+	corked  bool            // a WriteMessage's frame write is under way: its writes are held
+	stopped bool            // CloseWith ran: never cork again
+	held    *[]byte         // from coalesceBufs while something is held; nil otherwise
+	ctx     context.Context // of the last WriteMessage whose writes are held: bounds flush
 }
 
-// sender is the socket write of a progressConn (one writev).
+// sender is the socket write of a progressConn (one writev) and the write
+// deadline that cuts it.
 type sender interface {
 	send(net.Buffers) (int64, error)
+	SetWriteDeadline(time.Time) error
 }
 
-// cork makes writes wait for flush (unless stopped).
-func (c *coalescer) cork() {
+// cork holds the writes of the frame WriteMessage is about to write
+// (unless stopped); uncork ends that once the frame is written. ctx is
+// WriteMessage's.
+func (c *coalescer) cork(ctx context.Context) {
 	c.mu.Lock()
 	c.corked = !c.stopped
+	c.ctx = ctx
+	c.mu.Unlock()
+}
+
+func (c *coalescer) uncork() {
+	c.mu.Lock()
+	c.corked = false
 	c.mu.Unlock()
 }
 
@@ -76,24 +99,45 @@ func (c *coalescer) write(s sender, p []byte) (int, error) {
 	return max(int(n)-h, 0), err
 }
 
-// flush ends the cork and sends what is held.
-func (c *coalescer) flush(s sender) error {
+// flush sends what is held, cut when the batch's context ends.
+func (c *coalescer) flush(s sender) error { return c.send(s, true) }
+
+// send sends what is held; bounded by the batch's context if bounded.
+func (c *coalescer) send(s sender, bounded bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.corked = false
+	ctx := c.ctx
+	c.ctx = nil
 	if c.held == nil {
 		return nil
+	}
+	if ctx != nil && bounded {
+		if err := ctx.Err(); err != nil {
+			c.drop()
+			return err
+		}
+		stop := context.AfterFunc(ctx, func() { _ = s.SetWriteDeadline(time.Unix(1, 0)) })
+		defer stop()
 	}
 	_, err := c.sendHeld(s, nil)
 	return err
 }
 
-// stop flushes and turns corking off for good (the close handshake).
+// drop forgets what is held (the batch's context ended before it left).
+func (c *coalescer) drop() {
+	*c.held = (*c.held)[:0]
+	coalesceBufs.Put(c.held)
+	c.held = nil
+}
+
+// stop turns corking off for good and sends what is held (the close
+// handshake, whose own deadline bounds it: the batch's context may have
+// ended with the connection).
 func (c *coalescer) stop(s sender) error {
 	c.mu.Lock()
 	c.stopped = true
 	c.mu.Unlock()
-	return c.flush(s)
+	return c.send(s, false)
 }
 
 func (c *coalescer) heldLen() int {
@@ -111,8 +155,6 @@ func (c *coalescer) sendHeld(s sender, p []byte) (int64, error) {
 		bs = append(bs, p)
 	}
 	n, err := s.send(bs)
-	*c.held = (*c.held)[:0]
-	coalesceBufs.Put(c.held)
-	c.held = nil
+	c.drop()
 	return n, err
 }

@@ -93,12 +93,15 @@
 // Transports have no queues of their own beyond their write buffer: a
 // WriteMessage blocks while the peer does not read (TCP or pipe
 // backpressure). An accepted websocket keeps 1 KiB read and write buffers
-// (larger frames bypass them), and holds the frames written between a
-// WriteMessage and the next Flush (up to 64 KiB; a frame of 16 KiB or
-// more is not held, it leaves at once with what was held before it) to
-// send them in one writev: a batch costs one system call and one wake-up
-// of the peer. A held frame is buffered in a pooled buffer only while its
-// batch lasts, and CloseWith sends what is held before the close frame. Both transports reuse their read buffer;
+// (larger frames bypass them), and holds the frames its WriteMessage calls
+// write until the next Flush (up to 64 KiB; a write of 16 KiB or more, the
+// bulk of a large frame, is not held: it leaves at once with what was held
+// before it) to send them in one writev: a batch costs one system call and
+// one wake-up of the peer. A held frame is buffered in a pooled buffer
+// only while its batch lasts; a frame anyone else writes meanwhile (a pong,
+// the answer to the peer's close) takes what is held with it; Flush is cut
+// when the context of the batch's last WriteMessage ends; and CloseWith
+// sends what is held before the close frame. Both transports reuse their read buffer;
 // [ReleaseReadBuffer] drops it (a server calls it after a message of
 // [LargeReadBytes] or more, so an idle connection holds no large buffer; a
 // client streaming large notifications keeps reusing one). A websocket's

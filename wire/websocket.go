@@ -143,10 +143,13 @@ func (t *WebsocketTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 // WriteMessage sends msg as one text frame; on an accepted connection the
 // frame may be held until Flush (see Flush).
 func (t *WebsocketTransport) WriteMessage(ctx context.Context, msg []byte) error {
-	if t.nc != nil {
-		t.nc.out.cork()
+	if t.nc == nil {
+		return t.c.Write(ctx, websocket.MessageText, msg)
 	}
-	return t.c.Write(ctx, websocket.MessageText, msg)
+	t.nc.out.cork(ctx)
+	err := t.c.Write(ctx, websocket.MessageText, msg)
+	t.nc.out.uncork()
+	return err
 }
 
 // ReleaseReadBuffer drops the read buffer; the last message stays valid

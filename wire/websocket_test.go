@@ -283,3 +283,63 @@ func TestWebsocketReadAheadBytesKept(t *testing.T) {
 	}
 
 }
+
+// A close handshake the peer starts during a batch is answered: the close
+// reply (written by coder/websocket's reader, which then closes the
+// socket) is not held behind the batch, and takes the held messages with
+// it (the client's Close reads, and drops, the held message first).
+// (Found by review: with the cork held for the whole batch, the reply and
+// the held messages were lost and the peer saw EOF.)
+func TestWebsocketPeerCloseDuringBatch(t *testing.T) {
+	url, got := acceptServer(t)
+	c := dialClient(t, url)
+	tr := <-got
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tr.WriteMessage(ctx, []byte(`{"method":"a"}`)); err != nil { // a batch, not flushed
+		t.Fatal(err)
+	}
+	rerr := make(chan error, 1)
+	go func() { _, err := tr.ReadMessage(context.Background()); rerr <- err }() // the server's reader
+	if err := c.Close(websocket.StatusNormalClosure, "bye"); err != nil {
+		t.Fatalf("the client's close handshake failed: %v", err)
+	}
+	<-rerr
+}
+
+// Flush is bounded by the context of the batch's WriteMessage calls, as a
+// WriteMessage is: a peer that does not read cannot hold a writer past it.
+// (Found by review: the held bytes' socket write had no deadline.)
+func TestWebsocketFlushHonoursWriteContext(t *testing.T) {
+	url, got := acceptServer(t)
+	_ = dialClient(t, url) // never reads
+	tr := <-got
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	msg := []byte(`{"method":"x","params":{"pad":"` + strings.Repeat("a", 8000) + `"}}`)
+	done := make(chan error, 1)
+	go func() {
+		for {
+			for range 7 {
+				if err := tr.WriteMessage(ctx, msg); err != nil {
+					done <- err
+					return
+				}
+			}
+			if err := tr.Flush(); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		if ctx.Err() == nil {
+			t.Fatalf("the writer failed before its context ended: %v", err)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the writer is still blocked 6 s after its write context ended")
+	}
+}
