@@ -412,7 +412,7 @@ func (c *conn) initialize(msg wire.Message) {
 			sub := c.subscriber()
 			for id, ref := range table.Procs {
 				if _, aerr := ref.Attach(c.ctx, sub); aerr != nil {
-					delete(table.Procs, id) // retention ended while detached
+					table.Remove(id) // retention ended while detached
 				}
 			}
 		}

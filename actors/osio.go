@@ -126,7 +126,9 @@ func outputPipe() (r, w *os.File, err error) {
 }
 
 // devNull is /dev/null opened once for reading, the stdin of every child
-// started without one (each child gets its own copy of the descriptor).
+// started without one. Each child gets its own descriptor of one shared
+// open file: a child that sets O_NONBLOCK or locks it affects the others,
+// which for reads of /dev/null (always end of file) changes nothing.
 var devNull struct {
 	once sync.Once
 	f    *os.File

@@ -24,6 +24,12 @@ type SessionTable struct {
 	open map[string]*ProcessRef
 }
 
+// Remove forgets a process (its id is free).
+func (t *SessionTable) Remove(id string) {
+	delete(t.Procs, id)
+	delete(t.open, id)
+}
+
 // Add enters a started process.
 func (t *SessionTable) Add(id string, ref *ProcessRef) {
 	t.Procs[id] = ref
@@ -43,8 +49,7 @@ func (t *SessionTable) Lookup(id string) (*ProcessRef, bool) {
 		return nil, false
 	}
 	if !ref.Alive() && ref.Failure() == nil {
-		delete(t.Procs, id)
-		delete(t.open, id)
+		t.Remove(id)
 		return nil, false
 	}
 	return ref, true

@@ -266,6 +266,15 @@ func (g *Group) Kill() error {
 	return nil
 }
 
+// knownEmpty reports whether the v2 cgroup reads as unpopulated. Unlike
+// Empty, a read that fails (no descriptor left, say) is not taken for
+// empty: a cgroup is released early or kept as a spare only when it is
+// known to hold nothing.
+func (g *Group) knownEmpty() bool {
+	b, err := os.ReadFile(filepath.Join(g.v2, "cgroup.events"))
+	return err == nil && bytes.Contains(b, []byte("populated 0"))
+}
+
 // Empty reports whether no process of the tree is left.
 func (g *Group) Empty() bool {
 	if g == nil {
@@ -358,7 +367,7 @@ func (g *Group) Release() {
 // until Release. Not for a subreaper's tree (ModeSubreaper), which is
 // released by Release only.
 func (g *Group) ReleaseIfEmpty() bool {
-	if g == nil || g.tree != nil || (g.v2 == "" && len(g.v1) == 0) || !g.Empty() {
+	if g == nil || g.tree != nil || (g.v2 == "" && len(g.v1) == 0) || !g.Empty() || (g.v2 != "" && !g.knownEmpty()) {
 		return false
 	}
 	g.free(true)
@@ -374,7 +383,7 @@ func (g *Group) free(empty bool) {
 	}
 	if g.v2 != "" {
 		kept := false
-		if empty && !g.killed.Load() && g.pool != nil && len(g.v1) == 0 && !g.pool.closed.Load() {
+		if empty && !g.killed.Load() && g.pool != nil && len(g.v1) == 0 && !g.pool.closed.Load() && g.knownEmpty() {
 			// Opened now, so that the start that takes it has nothing to do.
 			if fd, err := os.Open(g.v2); err == nil {
 				select {
