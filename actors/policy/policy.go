@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/runtimed/runtimed/actors/sandbox"
@@ -111,7 +112,7 @@ func resolve(sb *wire.Sandbox, dir string, env []string, keepMissing bool) (*san
 				if werr := needRoots(field); werr != nil {
 					return nil, werr
 				}
-				paths = rootPaths
+				paths = slices.Clone(rootPaths) // the subpath below is joined in place
 			case "slash_tmp":
 				paths = []string{"/tmp"}
 			case "tmpdir":

@@ -14,7 +14,7 @@ import (
 // subpaths, skip) through Resolve and refuses malformed entries.
 func TestSandboxResolveAndFloor(t *testing.T) {
 	ws := t.TempDir()
-	for _, d := range []string{".git", "sub"} {
+	for _, d := range []string{".git", ".codex", "sub"} {
 		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +32,10 @@ func TestSandboxResolveAndFloor(t *testing.T) {
 	}
 	realWS, _ := filepath.EvalSymlinks(ws)
 	want := map[string]sandbox.Access{"/": sandbox.Read, realWS: sandbox.Write, "/tmp": sandbox.Write,
-		realWS + "/sub": sandbox.Write, realWS + "/.git": sandbox.Read}
+		realWS + "/sub": sandbox.Write, realWS + "/.git": sandbox.Read,
+		// .codex comes after .git and .agents among the project-root
+		// subpaths: each entry's subpath joins the roots themselves.
+		realWS + "/.codex": sandbox.Read}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("rule %s = %v, want %v (all: %v)", k, got[k], v, got)

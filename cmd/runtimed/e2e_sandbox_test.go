@@ -47,7 +47,9 @@ type startReq struct {
 // TestSandboxOverTheWire: Codex's workspace-write shape through the real
 // binary on both transports: sandboxType, writes inside, refusal outside
 // (the outside dir is not under /tmp, which workspace-write opens), .git
-// read-only, network cut, and a limit reported in exited and list.
+// and .codex read-only (every project-root subpath entry, not only the
+// first: Resolve once joined each subpath onto the previous one), network
+// cut, and a limit reported in exited and list.
 func TestSandboxOverTheWire(t *testing.T) {
 	outsideBase, err := os.MkdirTemp("/var/tmp", "runtimed-e2e-outside-")
 	if err != nil {
@@ -64,8 +66,10 @@ func TestSandboxOverTheWire(t *testing.T) {
 		c := session(t, tr)
 		ctx := tctx(t, wait)
 		ws := t.TempDir()
-		if err := os.Mkdir(filepath.Join(ws, ".git"), 0o755); err != nil {
-			t.Fatal(err)
+		for _, d := range []string{".git", ".codex"} { // .codex: a subpath entry after .git's
+			if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 		outside := filepath.Join(outsideBase, tr.name)
 		if err := os.Mkdir(outside, 0o755); err != nil {
@@ -74,6 +78,7 @@ func TestSandboxOverTheWire(t *testing.T) {
 		script := fmt.Sprintf(`echo in > in.txt && echo in-ok
 (echo out > %s/out) 2>/dev/null && echo out-ok || echo out-denied
 (echo g > .git/config) 2>/dev/null && echo git-ok || echo git-denied
+(echo c > .codex/config) 2>/dev/null && echo codex-ok || echo codex-denied
 (echo t > /tmp/runtimed-e2e-$$ && rm /tmp/runtimed-e2e-$$) 2>/dev/null && echo tmp-ok || echo tmp-denied
 (exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null && echo net-ok || echo net-denied`, outside, port)
 		req := startReq{StartParams: wiretest.StartParams{ProcessID: "sb", Argv: []string{"/usr/bin/bash", "-c", script},
@@ -90,7 +95,7 @@ func TestSandboxOverTheWire(t *testing.T) {
 			t.Errorf("start result %s: want sandboxType linuxSeccomp", res)
 		}
 		out := string(mustCollect(t, c, "sb").Output())
-		for _, w := range []string{"in-ok", "out-denied", "git-denied", "tmp-ok", "net-denied"} {
+		for _, w := range []string{"in-ok", "out-denied", "git-denied", "codex-denied", "tmp-ok", "net-denied"} {
 			if !strings.Contains(out, w) {
 				t.Errorf("want %q in %q", w, out)
 			}
