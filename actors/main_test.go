@@ -14,7 +14,20 @@ func TestMain(m *testing.M) {
 	if n, err := strconv.Atoi(os.Getenv("RUNTIMED_TEST_FORKS")); err == nil {
 		forkBurst(n)
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(closingHost{m})
+}
+
+// closingHost closes the sandbox host the tests share (testIsolation)
+// after they ran, before goleak looks: it holds a prepared spawning
+// thread's goroutine.
+type closingHost struct{ m *testing.M }
+
+func (c closingHost) Run() int {
+	code := c.m.Run()
+	if isoHost != nil {
+		_ = isoHost.Close()
+	}
+	return code
 }
 
 // forkBurst is a child mode of the test binary: it tries to start n

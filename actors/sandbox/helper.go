@@ -112,6 +112,13 @@ func enforce(p *Policy, l layers, scratch, dir string, ps *pins) (string, error)
 	if err := dropCapabilities(); err != nil {
 		return "capabilities", err
 	}
+	return confine(p, l, dir, ps)
+}
+
+// confine is enforce after the mounts and the capabilities (which a
+// prepared spawning thread dropped ahead of its start, see threadPool):
+// Landlock, seccomp, the working directory's check.
+func confine(p *Policy, l layers, dir string, ps *pins) (string, error) {
 	if err := applyLandlock(p, l, ps); err != nil {
 		return "landlock", err
 	}

@@ -46,6 +46,10 @@ type Host struct {
 
 	// spawner reports that a thread can take spawnerUID (see start.go).
 	spawner bool
+	// threads keeps a spawning thread prepared for the next confined
+	// start (nil: none; set by Probe when threads can be confined, ended
+	// by Close). Copies of a Host share it.
+	threads *threadPool
 }
 
 // UnavailableError is a policy this host cannot enforce. The message names
@@ -80,6 +84,9 @@ func Probe(scratch string) (*Host, error) {
 	}
 	h.MountNS = hasCap(unix.CAP_SYS_ADMIN)
 	h.spawner = hasCap(unix.CAP_SETUID) && probeSpawner()
+	if h.spawner && h.LandlockErrata&erratumThreadSignals != 0 {
+		h.threads = newThreadPool()
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: find own executable: %w", err)
@@ -106,9 +113,14 @@ func (h *Host) confinesThreads() bool {
 	return h != nil && !h.HelperOnly && h.spawner && h.LandlockErrata&erratumThreadSignals != 0
 }
 
-// Close removes the scratch directory.
+// Close ends the prepared spawning thread and removes the scratch
+// directory.
 func (h *Host) Close() error {
-	if h == nil || h.Scratch == "" {
+	if h == nil {
+		return nil
+	}
+	h.threads.close()
+	if h.Scratch == "" {
 		return nil
 	}
 	return os.RemoveAll(h.Scratch)

@@ -71,7 +71,10 @@ type threadStart struct {
 // startOnThread runs the confined start on a spawning thread.
 func startOnThread(h *Host, plan Plan, l layers, attr *os.ProcAttr) (*os.Process, error) {
 	var r threadStart
-	onThrowawayThread(func() { r.proc, r.err = confineAndStart(h, plan, l, attr) })
+	if len(l.Overlays) == 0 && h.threads.run(func() { r.proc, r.err = confineAndStart(h, plan, l, attr, true) }) {
+		return r.proc, r.err
+	}
+	onThrowawayThread(func() { r.proc, r.err = confineAndStart(h, plan, l, attr, false) })
 	return r.proc, r.err
 }
 
@@ -103,8 +106,10 @@ func throwawayThread(fn func(), done chan<- struct{}) {
 	close(done)
 }
 
-// confineAndStart runs on the locked spawning thread.
-func confineAndStart(h *Host, plan Plan, l layers, attr *os.ProcAttr) (*os.Process, error) {
+// confineAndStart runs on the locked spawning thread; prepared: a thread
+// of the pool, whose capabilities are dropped already (it has no
+// overlays to mount, which need CAP_SYS_ADMIN).
+func confineAndStart(h *Host, plan Plan, l layers, attr *os.ProcAttr, prepared bool) (*os.Process, error) {
 	var ps pins
 	defer ps.close()
 	if len(l.Overlays) > 0 {
@@ -118,7 +123,11 @@ func confineAndStart(h *Host, plan Plan, l layers, attr *os.ProcAttr) (*os.Proce
 	if dir == "" {
 		dir = "."
 	}
-	if stage, err := enforce(plan.Policy, l, h.Scratch, dir, &ps); err != nil {
+	enforceOn := enforce
+	if prepared {
+		enforceOn = func(p *Policy, l layers, _, dir string, ps *pins) (string, error) { return confine(p, l, dir, ps) }
+	}
+	if stage, err := enforceOn(plan.Policy, l, h.Scratch, dir, &ps); err != nil {
 		return nil, stageError(stage, err)
 	}
 	cred, err := becomeSpawner()
