@@ -100,7 +100,7 @@ const (
 //
 // Immutable: sup, t, opts, log, ctx, fail, final, budget and the channels.
 // Owned by the reader (ServeConn's goroutine): hs, session, apps, fsq's
-// creation. The fs worker owns the fs/open handles. The queue goroutine
+// creation, lastSB. The fs worker owns the fs/open handles. The queue goroutine
 // owns the outbound fifo and its byte count (outbound.go); msgsOut is
 // written by whoever writes and read by the queue's watchdog.
 // The transport's write side is owned by whoever holds wtok's token: the
@@ -143,6 +143,7 @@ type conn struct {
 	fsq      chan wire.Message   // to the fs worker, started on the first fs request
 	httpm    *httpManager        // the http manager, started on the first http/request
 	cur      curRequest          // the request being handled (metrics, logs)
+	lastSB   sandboxCache        // the last process/start.sandbox, parsed
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -444,7 +445,7 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrEmptyArgv())
 		return
 	}
-	sb, serr := wire.ParseSandbox(p.Sandbox)
+	sb, serr := c.lastSB.parse(p.Sandbox)
 	if serr != nil {
 		c.reply(msg.ID, nil, serr)
 		return

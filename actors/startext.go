@@ -1,6 +1,11 @@
 package actors
 
-import "github.com/runtimed/runtimed/wire"
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/runtimed/runtimed/wire"
+)
 
 // Helpers of process/start for the Codex 0.169 fields (PROTOCOL.md section
 // 7.2), kept out of conn.start so that it stays short.
@@ -46,4 +51,29 @@ func wireMetadata(m *Metadata) *wire.ProcessMetadata {
 		return nil
 	}
 	return &wire.ProcessMetadata{ThreadID: m.ThreadID, ToolCallID: m.ToolCallID}
+}
+
+// sandboxCache is a connection's last process/start.sandbox object and its
+// parse. A client sends the same object with every start (Codex does),
+// and the strict parse of its usual workspace-write shape costs ~150 µs,
+// as much as the rest of the request; the parsed value is only read
+// (Supervisor.SandboxFor resolves it anew, against the file system, at
+// each start). Objects over sandboxCacheMax are parsed every time, so an
+// idle connection holds at most that much.
+type sandboxCache struct {
+	raw    []byte
+	parsed *wire.Sandbox
+}
+
+const sandboxCacheMax = 16 << 10
+
+func (s *sandboxCache) parse(raw json.RawMessage) (*wire.Sandbox, *wire.Error) {
+	if s.parsed != nil && bytes.Equal(raw, s.raw) {
+		return s.parsed, nil
+	}
+	sb, err := wire.ParseSandbox(raw)
+	if err == nil && sb != nil && len(raw) <= sandboxCacheMax {
+		s.raw, s.parsed = append(s.raw[:0], raw...), sb
+	}
+	return sb, err
 }
