@@ -119,6 +119,15 @@ func enforce(p *Policy, l layers, scratch, dir string, ps *pins) (string, error)
 // prepared spawning thread dropped ahead of its start, see threadPool):
 // Landlock, seccomp, the working directory's check.
 func confine(p *Policy, l layers, dir string, ps *pins) (string, error) {
+	if stage, err := restrict(p, l, ps); err != nil {
+		return stage, err
+	}
+	return checkCwd(dir)
+}
+
+// restrict applies Landlock and the network filter: what a thread prepared
+// for a policy's confinement has done already (see threadPool).
+func restrict(p *Policy, l layers, ps *pins) (string, error) {
 	if err := applyLandlock(p, l, ps); err != nil {
 		return "landlock", err
 	}
@@ -127,8 +136,12 @@ func confine(p *Policy, l layers, dir string, ps *pins) (string, error) {
 			return "seccomp", err
 		}
 	}
-	// A working directory the policy does not let the command read is
-	// a failed start, not a command that fails mysteriously later.
+	return "", nil
+}
+
+// checkCwd: a working directory the policy does not let the command read
+// is a failed start, not a command that fails mysteriously later.
+func checkCwd(dir string) (string, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return "cwd", err

@@ -71,10 +71,12 @@ type threadStart struct {
 // startOnThread runs the confined start on a spawning thread.
 func startOnThread(h *Host, plan Plan, l layers, attr *os.ProcAttr) (*os.Process, error) {
 	var r threadStart
-	if len(l.Overlays) == 0 && h.threads.run(func() { r.proc, r.err = confineAndStart(h, plan, l, attr, true) }) {
+	if len(l.Overlays) == 0 && h.threads.run(confinementOf(plan.Policy, l), func(restricted bool) {
+		r.proc, r.err = confineAndStart(h, plan, l, attr, threadPrepared{caps: true, restricted: restricted})
+	}) {
 		return r.proc, r.err
 	}
-	onThrowawayThread(func() { r.proc, r.err = confineAndStart(h, plan, l, attr, false) })
+	onThrowawayThread(func() { r.proc, r.err = confineAndStart(h, plan, l, attr, threadPrepared{}) })
 	return r.proc, r.err
 }
 
@@ -106,10 +108,14 @@ func throwawayThread(fn func(), done chan<- struct{}) {
 	close(done)
 }
 
-// confineAndStart runs on the locked spawning thread; prepared: a thread
-// of the pool, whose capabilities are dropped already (it has no
-// overlays to mount, which need CAP_SYS_ADMIN).
-func confineAndStart(h *Host, plan Plan, l layers, attr *os.ProcAttr, prepared bool) (*os.Process, error) {
+// threadPrepared is what a spawning thread of the pool did before its start
+// (see threadPool): dropped its capabilities (caps; it then has no
+// overlays to mount, which need CAP_SYS_ADMIN), and applied this start's
+// very Landlock grants and network filter (restricted).
+type threadPrepared struct{ caps, restricted bool }
+
+// confineAndStart runs on the locked spawning thread.
+func confineAndStart(h *Host, plan Plan, l layers, attr *os.ProcAttr, prepared threadPrepared) (*os.Process, error) {
 	var ps pins
 	defer ps.close()
 	if len(l.Overlays) > 0 {
@@ -123,11 +129,17 @@ func confineAndStart(h *Host, plan Plan, l layers, attr *os.ProcAttr, prepared b
 	if dir == "" {
 		dir = "."
 	}
-	enforceOn := enforce
-	if prepared {
-		enforceOn = func(p *Policy, l layers, _, dir string, ps *pins) (string, error) { return confine(p, l, dir, ps) }
+	var stage string
+	var err error
+	switch {
+	case prepared.restricted:
+		stage, err = checkCwd(dir)
+	case prepared.caps:
+		stage, err = confine(plan.Policy, l, dir, &ps)
+	default:
+		stage, err = enforce(plan.Policy, l, h.Scratch, dir, &ps)
 	}
-	if stage, err := enforceOn(plan.Policy, l, h.Scratch, dir, &ps); err != nil {
+	if err != nil {
 		return nil, stageError(stage, err)
 	}
 	cred, err := becomeSpawner()
