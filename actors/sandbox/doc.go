@@ -37,9 +37,13 @@
 //
 // # Concurrency
 //
-// Host is read-only after Probe and safe to share. Start may be called
-// from any number of goroutines; each confined start has a thread of its
-// own, which runs nothing else and ends with the start. A Launch belongs
+// Host is read-only after Probe (but for its thread pool) and safe to
+// share. Start may be called from any number of goroutines; each confined
+// start has a thread of its own, which runs nothing else and ends with the
+// start. One of them at a time may be prepared ahead by the Host's pool
+// (threads.go): a goroutine locked to its thread, waiting for one start
+// until Close; a start that finds it prepared for another confinement
+// retires it. A Launch belongs
 // to the goroutine that spawns the child. The helper runs single-threaded
 // work on one locked OS thread, the one that calls execve.
 //
