@@ -213,9 +213,31 @@ func TestSpawningThreadsEnd(t *testing.T) {
 // shares its Landlock domain, included (a signal to a thread id is a
 // signal to the whole daemon).
 func TestSpawningThreadOutOfReach(t *testing.T) {
+	for _, prepared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fresh thread", true: "prepared thread"}[prepared], func(t *testing.T) {
+			spawningThreadOutOfReach(t, prepared)
+		})
+	}
+}
+
+// spawningThreadOutOfReach: prepared, the start runs on a thread of the
+// pool restricted ahead (a warm-up start with the same policy prepares it).
+func spawningThreadOutOfReach(t *testing.T, prepared bool) {
 	h := probeOrSkip(t)
 	if !h.confinesThreads() {
 		t.Skip("confined starts go through the helper here")
+	}
+	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}}}
+	var restricted uint64
+	if prepared {
+		if h.threads == nil {
+			t.Skip("no prepared threads here")
+		}
+		if code, err := startAndWait(t, h, Plan{Path: "/bin/true", Argv: []string{"true"}, Policy: p}, "/"); err != nil || code != 0 {
+			t.Fatalf("warm-up start: %d %v", code, err)
+		}
+		waitPrepared(t, h)
+		restricted = h.threads.restrictd.Load()
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -233,7 +255,6 @@ func TestSpawningThreadOutOfReach(t *testing.T) {
 	script := `for t in /proc/$PPID/task/*; do tid=${t##*/}; echo "tid $tid"
 kill -0 $tid 2>/dev/null && echo "signalled $tid"
 (exec 3</proc/$PPID/task/$tid/mem) 2>/dev/null && echo "traced $tid"; done; echo end`
-	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}}}
 	type started struct {
 		proc *os.Process
 		err  error
@@ -269,5 +290,8 @@ kill -0 $tid 2>/dev/null && echo "signalled $tid"
 	}
 	if strings.Contains(string(out), "signalled") || strings.Contains(string(out), "traced") {
 		t.Errorf("the confined command reached a thread of this process (spawning thread %d):\n%s", tid, out)
+	}
+	if prepared && h.threads.restrictd.Load() != restricted+1 {
+		t.Error("the start did not run on the thread prepared for it")
 	}
 }

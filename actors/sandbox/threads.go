@@ -27,8 +27,8 @@ import (
 // thread. The start then runs the rest exactly as on a fresh thread (the
 // working directory's check, the spawner uid, the fork), and the
 // goroutine exits locked, which ends the thread: each thread serves one
-// start. Taking a thread starts the preparation of the next, in the
-// background, for the confinement just asked for. A policy with overlays
+// start. Each start then has the next one prepared, in the background,
+// for the confinement it asked for. A policy with overlays
 // (a private mount namespace, mounted with CAP_SYS_ADMIN before the drop)
 // takes a fresh thread as before.
 //
@@ -38,7 +38,8 @@ import (
 // before it forks.
 //
 // Concurrency: ready holds at most one prepared thread; preparing admits
-// one preparation at a time; next is the confinement the next preparation
+// one preparation at a time until its thread is ready (a second may then
+// wait to be handed over: at most two threads prepared); next is the confinement the next preparation
 // applies (stored by each start, read by the preparation); close ends a
 // waiting thread (and one being prepared) through done. A prepared thread
 // that is never used holds an OS thread and an idle goroutine until close.
@@ -82,8 +83,10 @@ func newThreadPool() *threadPool {
 // run runs fn on the prepared thread and reports true once fn returned,
 // or reports false at once when no thread fit want (none prepared, or one
 // prepared for another confinement; the caller takes a fresh thread). fn
-// is told whether the thread is restricted to want already. Either way
-// the next thread is being prepared, for want.
+// is told whether the thread is restricted to want already. Either way,
+// once run returns (after the start's fork: a preparation meanwhile would
+// compete with it for the CPU), the next thread is being prepared, for
+// want.
 func (tp *threadPool) run(want *confinement, fn func(restricted bool)) bool {
 	if tp == nil {
 		return false
@@ -126,6 +129,11 @@ func (tp *threadPool) hand(t *preparedThread, job func()) bool {
 // refill prepares a thread in the background unless one is ready or being
 // prepared.
 func (tp *threadPool) refill() {
+	select {
+	case <-tp.done:
+		return // closed: starts take fresh threads
+	default:
+	}
 	if len(tp.ready) > 0 || tp.broken.Load() || !tp.preparing.CompareAndSwap(false, true) {
 		return
 	}
@@ -171,13 +179,15 @@ func (tp *threadPool) serve() {
 		}
 		t.conf = conf
 	}
+	// Cleared before the hand-over, so that the start that takes this
+	// thread can start the next preparation (which then waits, if need be,
+	// for this one to be taken).
+	tp.preparing.Store(false)
 	select {
 	case tp.ready <- t:
 	case <-tp.done:
-		tp.preparing.Store(false)
 		return
 	}
-	tp.preparing.Store(false)
 	select {
 	case job := <-t.jobs:
 		job()
