@@ -195,3 +195,46 @@ func TestSandboxFloorFlags(t *testing.T) {
 		t.Errorf("--default-sandbox read-only let a write through: %q", out)
 	}
 }
+
+// TestSandboxRepeatedOverTheWire: the same workspace-write sandbox sent with
+// start after start (as Codex does), on a workspace without the
+// read-only subpaths that need a mount namespace, so that the server can
+// serve the repeats from its cached parse on spawning threads prepared
+// ahead for this very confinement (which threads served them is not
+// visible from here; actors/sandbox's tests assert it): every start still
+// writes inside, not outside, and has the network cut.
+func TestSandboxRepeatedOverTheWire(t *testing.T) {
+	outside, err := os.MkdirTemp("/var/tmp", "runtimed-e2e-outside-")
+	if err != nil {
+		t.Skipf("no directory outside /tmp to test with: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(outside) })
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ctx := tctx(t, wait)
+		ws := t.TempDir()
+		for i := range 6 {
+			id := fmt.Sprintf("rep%d", i)
+			script := fmt.Sprintf(`echo in > in%d.txt && echo in-ok
+(echo out > %s/%s-%d) 2>/dev/null && echo out-ok || echo out-denied
+grep -q '^Seccomp:.2' /proc/self/status && echo net-cut || echo net-open`, i, outside, tr.name, i)
+			req := startReq{StartParams: wiretest.StartParams{ProcessID: id, Argv: []string{"/bin/sh", "-c", script},
+				Cwd: "file://" + ws, Env: baseEnv()}, Sandbox: codexWorkspaceWrite(ws, "restricted")}
+			if _, err := call(ctx, c, "process/start", req); err != nil {
+				if strings.Contains(err.Error(), "cannot be enforced on this host") {
+					t.Skipf("host: %v", err)
+				}
+				t.Fatalf("start %d: %v", i, err)
+			}
+			out := string(mustCollect(t, c, id).Output())
+			for _, w := range []string{"in-ok", "out-denied", "net-cut"} {
+				if !strings.Contains(out, w) {
+					t.Errorf("start %d: want %q in %q", i, w, out)
+				}
+			}
+		}
+		if entries, _ := os.ReadDir(outside); len(entries) > 0 {
+			t.Errorf("writes escaped the workspace: %d files outside", len(entries))
+		}
+	})
+}
