@@ -147,6 +147,7 @@ func (h *Host) Check(p *Policy) error {
 	if err != nil {
 		return err
 	}
+	p.planned = &l
 	return h.checkLayers(l)
 }
 

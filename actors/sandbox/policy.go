@@ -51,6 +51,24 @@ type Policy struct {
 	// Network allows sockets other than AF_UNIX. False cuts TCP and UDP to
 	// every address, loopback included.
 	Network bool
+
+	// planned is the plan Host.Check made of this policy, which Start
+	// then enforces instead of planning (stat-ing every rule) again; nil
+	// until checked. Its files' identities are checked again as the
+	// grants are applied, so a path swapped meanwhile fails the start.
+	// Written by Check only: a policy checked once and started many times
+	// keeps the files it was checked against (runtimed checks each
+	// start's policy, made afresh, right before it starts it).
+	planned *layers
+}
+
+// checkedPlan returns the plan Check made, or plans p now (without
+// keeping it: Start may run concurrently on one policy).
+func (p *Policy) checkedPlan() (layers, error) {
+	if p.planned != nil {
+		return *p.planned, nil
+	}
+	return p.plan()
 }
 
 // ErrUnsupported is wrapped by errors for policies this package cannot

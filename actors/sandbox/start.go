@@ -53,7 +53,7 @@ func planFor(h *Host, policy *Policy) (layers, error) {
 	if err := h.Check(&Policy{Network: policy.Network}); err != nil {
 		return layers{}, err
 	}
-	l, err := policy.plan()
+	l, err := policy.checkedPlan() // planned by the caller's Check, as a rule
 	if err != nil {
 		return layers{}, err
 	}
