@@ -33,6 +33,19 @@ func acceptServer(t *testing.T) (url string, got <-chan *WebsocketTransport) {
 	return "ws" + strings.TrimPrefix(srv.URL, "http"), ch
 }
 
+// acceptedPair is a dialed client, the server's accepted transport (closed
+// at the test's end) and a 10 s context for the test.
+func acceptedPair(t *testing.T) (*websocket.Conn, *WebsocketTransport, context.Context) {
+	t.Helper()
+	url, got := acceptServer(t)
+	c := dialClient(t, url)
+	tr := <-got
+	t.Cleanup(func() { tr.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c, tr, ctx
+}
+
 func dialClient(t *testing.T, url string) *websocket.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -80,12 +93,7 @@ func TestWebsocketProgressCountsWrittenBytes(t *testing.T) {
 // nothing reaches the socket before Flush, all of it at Flush, in order. A
 // large message is not held: it goes at once, after what is held.
 func TestWebsocketBatchLeavesAtFlush(t *testing.T) {
-	url, got := acceptServer(t)
-	c := dialClient(t, url)
-	tr := <-got
-	defer tr.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, tr, ctx := acceptedPair(t)
 	msgs := [][]byte{[]byte(`{"method":"a"}`), []byte(`{"method":"b","params":{"pad":"` + strings.Repeat("b", 3000) + `"}}`), []byte(`{"method":"c"}`)}
 	p0, _ := tr.Progress()
 	total := 0
@@ -209,12 +217,7 @@ func TestWebsocketCloseWithIsBounded(t *testing.T) {
 // A buffer grown for a large message is dropped when the reader releases
 // it, and the message stays valid; without a release it is reused.
 func TestWebsocketReleasesLargeReadBuffer(t *testing.T) {
-	url, got := acceptServer(t)
-	c := dialClient(t, url)
-	tr := <-got
-	defer tr.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, tr, ctx := acceptedPair(t)
 	large := make([]byte, 4<<20)
 	for i := range large {
 		large[i] = 'x'
@@ -291,12 +294,7 @@ func TestWebsocketReadAheadBytesKept(t *testing.T) {
 // (Found by review: with the cork held for the whole batch, the reply and
 // the held messages were lost and the peer saw EOF.)
 func TestWebsocketPeerCloseDuringBatch(t *testing.T) {
-	url, got := acceptServer(t)
-	c := dialClient(t, url)
-	tr := <-got
-	defer tr.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	c, tr, ctx := acceptedPair(t)
 	if err := tr.WriteMessage(ctx, []byte(`{"method":"a"}`)); err != nil { // a batch, not flushed
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ func cgroup2Manager(t *testing.T) *Manager {
 	return m
 }
 
-// runIn runs argv in g's cgroup (CLONE_INTO_CGROUP) to its end.
-func runIn(t *testing.T, g *Group, argv ...string) error {
+// startIn starts argv in g's cgroup (CLONE_INTO_CGROUP).
+func startIn(t *testing.T, g *Group, argv ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.CgroupFD()}
@@ -31,7 +31,13 @@ func runIn(t *testing.T, g *Group, argv ...string) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cmd.Wait()
+	return cmd
+}
+
+// runIn runs argv in g's cgroup to its end.
+func runIn(t *testing.T, g *Group, argv ...string) error {
+	t.Helper()
+	return startIn(t, g, argv...).Wait()
 }
 
 // A tree that ended by itself leaves its cgroup to the next group without
@@ -82,12 +88,7 @@ func TestKilledCgroupNotReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := g1.v2
-	cmd := exec.Command("sleep", "100")
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g1.CgroupFD()}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	g1.CloseFD()
+	cmd := startIn(t, g1, "sleep", "100")
 	if err := g1.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -118,12 +119,7 @@ func TestReleaseIfEmptyKeepsRunningTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("sleep", "100")
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.CgroupFD()}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	g.CloseFD()
+	cmd := startIn(t, g, "sleep", "100")
 	if g.ReleaseIfEmpty() {
 		t.Fatal("released the group of a running tree")
 	}

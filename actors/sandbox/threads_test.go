@@ -72,22 +72,7 @@ func TestPreparedSpawningThread(t *testing.T) {
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		confined := 0
-		for _, s := range threadStates(t) {
-			if s != self {
-				confined++
-			}
-		}
-		if confined == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d confined threads left after Close", confined)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	noConfinedThreads(t, self)
 }
 
 // A thread restricted ahead for one confinement never serves another: a
@@ -292,6 +277,13 @@ func TestStartsAfterClose(t *testing.T) {
 			t.Fatalf("a start after Close ran unconfined: %q", out)
 		}
 	}
+	noConfinedThreads(t, self)
+}
+
+// noConfinedThreads waits (bounded) until every thread of this process is
+// in self's state again: the prepared and spawning threads have ended.
+func noConfinedThreads(t *testing.T, self threadState) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		left := 0
