@@ -111,15 +111,27 @@ func (c *coalescer) send(s sender, bounded bool) error {
 	if c.held == nil {
 		return nil
 	}
-	if ctx != nil && bounded {
-		if err := ctx.Err(); err != nil {
-			c.drop()
-			return err
-		}
-		stop := context.AfterFunc(ctx, func() { _ = s.SetWriteDeadline(time.Unix(1, 0)) })
-		defer stop()
+	if ctx == nil || !bounded {
+		_, err := c.sendHeld(s, nil)
+		return err
 	}
+	if err := ctx.Err(); err != nil {
+		c.drop()
+		return err
+	}
+	cut := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = s.SetWriteDeadline(time.Unix(1, 0)) // cuts the write below
+		close(cut)
+	})
 	_, err := c.sendHeld(s, nil)
+	if !stop() {
+		// The context ended during the write or just after it: the past
+		// deadline must not outlive this flush (a later write, such as
+		// the last flush after the latch, has a bound of its own).
+		<-cut
+		_ = s.SetWriteDeadline(time.Time{})
+	}
 	return err
 }
 
