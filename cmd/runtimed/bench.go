@@ -32,7 +32,9 @@ the median with min and max over --runs:
      interleaved with a bare fork/exec of /bin/true by this client (the
      floor; meaningful when the server runs on this machine) and with a
      sandboxed start (--sandbox, or workspace-write when none), and the
-     ratios to the floor
+     ratios to the floor; also one request and its answer sent after the
+     same idle pause (the protocol's own floor for a start) and the ratio
+     of a start to the bare fork/exec plus that round trip
   b  streaming throughput of head -c N /dev/zero, MB/s of decoded bytes
      (plus the server's CPU seconds per GB when its pid is known)
   c  100 concurrent processes each printing 1 MiB: wall time
@@ -53,7 +55,9 @@ first start), and connections that each send one large process/write.
 With --vs 'CMD' (another server, e.g. the reference exec-server) and/or
 --echo (a bare Go websocket JSON-RPC echo server, this binary) it times
 figure d on every server side by side, interleaved in each run, and prints
-the ratios of the medians (--spawn required, websocket).
+the ratios of the medians (--spawn required, websocket). On a VM whose idle
+vCPUs halt, a run stays in one latency mode; many short runs (--runs 41
+--rpc-n 300) interleave the servers more finely.
 `
 
 type benchOpts struct {
