@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -105,4 +106,83 @@ func mustAtoi(t *testing.T, s string) int {
 		t.Fatalf("not a pid: %q", s)
 	}
 	return n
+}
+
+// TestEscapeeKeepsItsCgroup: an attack on the spare cgroups from inside a
+// tree. The command daemonizes a grandchild (setsid, streams closed) and
+// exits at once, so the process closes and is retained while the
+// grandchild lives in its cgroup. That cgroup must not be released early
+// nor handed to the next start (whose tree would then share a cgroup with
+// the escapee, and be killed with it or kill it); the grandchild dies when
+// its process is discarded.
+func TestEscapeeKeepsItsCgroup(t *testing.T) {
+	m := contain.NewManager(contain.ModeCgroup2)
+	if m.Mode() != contain.ModeCgroup2 {
+		_ = m.Close()
+		t.Skipf("this host offers %s, not cgroup2", m.Mode())
+	}
+	sup := NewSupervisor(Config{
+		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 1000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		Isolation: Isolation{Contain: m},
+		Logger:    zaptest.NewLogger(t),
+	})
+	stopAtCleanup(t, sup, func() { _ = m.Close() })
+	dir := t.TempDir()
+	escaped := filepath.Join(dir, "escaped")
+	script := `setsid bash -c 'echo $$ > ` + escaped + `.tmp; mv ` + escaped + `.tmp ` + escaped + `; exec sleep 300' </dev/null >/dev/null 2>&1 &
+while [ ! -e ` + escaped + ` ]; do sleep 0.01; done`
+	cgroupOf := func(pid int) string {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatalf("cgroup of %d: %v", pid, err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "0::"); ok {
+				return v
+			}
+		}
+		t.Fatalf("no v2 cgroup for %d: %s", pid, b)
+		return ""
+	}
+	rec := newRecorder(64)
+	ref, err := sup.Spawn("daemonizer", Spec{Argv: []string{"/usr/bin/bash", "-c", script}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}}, rec.sub())
+	if err != nil {
+		t.Fatal(err)
+	}
+	escPid := mustAtoi(t, waitPlain(t, escaped))
+	t.Cleanup(func() { _ = syscall.Kill(escPid, syscall.SIGKILL) })
+	rec.untilClosed(t, 10*time.Second) // delivered: the process is retained now
+	esc := cgroupOf(escPid)
+	// Starts that end by themselves cycle through the spares; none may
+	// land in the escapee's cgroup.
+	for i := range 20 {
+		probe := filepath.Join(dir, fmt.Sprint("probe", i))
+		rec2 := newRecorder(64)
+		if _, err := sup.Spawn(fmt.Sprint("p", i), Spec{Argv: []string{"/usr/bin/bash", "-c", "cat /proc/self/cgroup > " + probe}, Dir: dir, Env: []string{"PATH=/usr/bin:/bin"}}, rec2.sub()); err != nil {
+			t.Fatal(err)
+		}
+		rec2.untilClosed(t, 10*time.Second)
+		b, err := os.ReadFile(probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "0::"+esc+"\n") {
+			t.Fatalf("start %d was cloned into the cgroup the escapee %d still lives in (%s)", i, escPid, esc)
+		}
+	}
+	if !alive(escPid) {
+		t.Fatal("the escapee died before its process was discarded: the test proves nothing")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ref.Discard(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) && alive(escPid) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if alive(escPid) {
+		t.Errorf("the escapee %d survived the discard of its process", escPid)
+	}
 }

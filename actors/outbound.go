@@ -240,7 +240,8 @@ func (c *conn) queueLoop() {
 		}
 		select {
 		case ev := <-evCh:
-			fifo, queued = c.takeReady(append(fifo, outItem{ev: ev, size: eventSize(ev)}), queued+eventSize(ev))
+			it := outItem{ev: ev, size: eventSize(ev)}
+			fifo, queued = c.takeReady(append(fifo, it), queued+it.size)
 		case it := <-respCh:
 			fifo, queued = c.takeReady(append(fifo, it), queued+it.size)
 		case <-tokCh:

@@ -358,7 +358,7 @@ func (g *Group) Release() {
 			empty = g.Empty()
 		}
 	}
-	g.free(empty)
+	g.free(empty && g.v2 != "" && g.knownEmpty())
 }
 
 // ReleaseIfEmpty releases the group now if no process of its tree is left
@@ -367,23 +367,32 @@ func (g *Group) Release() {
 // until Release. Not for a subreaper's tree (ModeSubreaper), which is
 // released by Release only.
 func (g *Group) ReleaseIfEmpty() bool {
-	if g == nil || g.tree != nil || (g.v2 == "" && len(g.v1) == 0) || !g.Empty() || (g.v2 != "" && !g.knownEmpty()) {
+	if g == nil || g.tree != nil {
 		return false
 	}
-	g.free(true)
+	switch {
+	case g.v2 != "":
+		if !g.knownEmpty() {
+			return false
+		}
+	case len(g.v1) == 0 || !g.Empty():
+		return false
+	}
+	g.free(g.v2 != "")
 	return true
 }
 
-// free closes the descriptor and removes the cgroups; an empty v2 cgroup
-// without limits goes back to the manager's spares if there is room.
-func (g *Group) free(empty bool) {
+// free closes the descriptor and removes the cgroups. A v2 cgroup known
+// to be empty (knownEmpty), without limits and never killed goes back to
+// the manager's spares if there is room.
+func (g *Group) free(knownEmpty bool) {
 	if g.fd != nil {
 		g.fd.Close()
 		g.fd = nil
 	}
 	if g.v2 != "" {
 		kept := false
-		if empty && !g.killed.Load() && g.pool != nil && len(g.v1) == 0 && !g.pool.closed.Load() && g.knownEmpty() {
+		if knownEmpty && !g.killed.Load() && g.pool != nil && len(g.v1) == 0 && !g.pool.closed.Load() {
 			// Opened now, so that the start that takes it has nothing to do.
 			if fd, err := os.Open(g.v2); err == nil {
 				select {

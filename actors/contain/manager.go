@@ -54,10 +54,8 @@ type Manager struct {
 	// spare holds empty per-process v2 cgroups for reuse (nil without a v2
 	// hierarchy): a released group without limits whose tree is gone is
 	// put here instead of removed, and the next NewGroup without limits
-	// takes it instead of creating one. Cloning into a cgroup that has
-	// just been created costs more than into one that existed (its
-	// directory, then its first css_set); at most spareCap wait. Drained
-	// by Close.
+	// takes it instead of creating one: a start saves the mkdir and open,
+	// its release the rmdir. At most spareCap wait. Drained by Close.
 	spare  chan spareCgroup
 	closed atomic.Bool // Close ran: no cgroup joins the spares any more
 }
@@ -203,15 +201,15 @@ func (m *Manager) Close() error {
 		}
 	})
 	var errs []error
+drain:
 	for m.spare != nil {
 		select {
 		case sp := <-m.spare:
 			sp.fd.Close()
 			errs = append(errs, rmdirQuiet(sp.dir))
-			continue
 		default:
+			break drain
 		}
-		break
 	}
 	if m.v2 != "" {
 		errs = append(errs, rmdirQuiet(m.v2))
