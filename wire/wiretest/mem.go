@@ -102,6 +102,12 @@ func (t *MemTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	case <-t.closed:
 		return nil, wire.ErrClosed
 	case <-t.peerClosed:
+		// A peer that closed because it saw the cut (a client latching
+		// its read error) must not turn the cut into an orderly EOF here:
+		// the cut happened before that close, so it is visible now.
+		if err := t.cutErr(); err != nil {
+			return nil, err
+		}
 		select {
 		case m := <-t.in:
 			return m, nil
@@ -122,6 +128,9 @@ func (t *MemTransport) WriteMessage(ctx context.Context, msg []byte) error {
 	case <-t.closed:
 		return wire.ErrClosed
 	case <-t.peerClosed:
+		if err := t.cutErr(); err != nil {
+			return err // the peer closed after the cut (see ReadMessage)
+		}
 		return wire.ErrClosed
 	default:
 	}
@@ -133,6 +142,9 @@ func (t *MemTransport) WriteMessage(ctx context.Context, msg []byte) error {
 	case <-t.closed:
 		return wire.ErrClosed
 	case <-t.peerClosed:
+		if err := t.cutErr(); err != nil {
+			return err // the peer closed after the cut (see ReadMessage)
+		}
 		return wire.ErrClosed
 	case <-ctx.Done():
 		return context.Cause(ctx)

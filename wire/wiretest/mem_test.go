@@ -40,3 +40,25 @@ func TestMemPipeCloseAndCut(t *testing.T) {
 		t.Fatalf("write after cut: %v", err)
 	}
 }
+
+// A peer that closes because it saw the cut (as wire.Client does when its
+// reader fails) must not turn the cut into io.EOF or wire.ErrClosed on the
+// other end, whatever moment of the other end's call the two land in.
+func TestMemPipeCutThenPeerCloseReportsTheCut(t *testing.T) {
+	ctx := context.Background()
+	cut := errors.New("cut")
+	for i := range 50000 {
+		c, s := MemPipe(0)
+		readErr, writeErr := make(chan error, 1), make(chan error, 1)
+		go func() { _, err := s.ReadMessage(ctx); readErr <- err }()
+		go func() { writeErr <- s.WriteMessage(ctx, []byte("x")) }()
+		c.Cut(cut)
+		c.Close()
+		if err := <-readErr; err != cut {
+			t.Fatalf("round %d: read ended with %v; want the cut's error", i, err)
+		}
+		if err := <-writeErr; err != cut {
+			t.Fatalf("round %d: write ended with %v; want the cut's error", i, err)
+		}
+	}
+}
