@@ -1,6 +1,7 @@
 // Package contain tracks and bounds process trees with cgroups: one
 // cgroup per process, created under a runtimed-<pid> directory in the
-// daemon's own cgroup of each hierarchy it can write. On the unified (v2)
+// daemon's own cgroup of each hierarchy it can write (runtimed-<pid>.<n>
+// for the n-th Manager of one process, so each has its own). On the unified (v2)
 // hierarchy the child is cloned straight into its cgroup
 // (CLONE_INTO_CGROUP), so every descendant, including those that call
 // setsid or double-fork, is in it, and cgroup.kill ends them all. Memory

@@ -81,7 +81,7 @@ const (
 )
 
 // NewManager probes the cgroup hierarchies and creates runtimed-<pid>
-// directories where it can, using the best mode at most as good as want,
+// directories (see managerName) where it can, using the best mode at most as good as want,
 // in the order ModeCgroup2, ModeCgroup1, ModeSubreaper, ModePgroup
 // (ModeCgroup2 for the best this host has). A host without writable
 // cgroups gives a Manager that contains trees as a subreaper, or by
@@ -97,7 +97,7 @@ func NewManager(want string) *Manager {
 		return m
 	}
 	mounts, own := cgroupMounts(), ownCgroups()
-	name := fmt.Sprintf("runtimed-%d", os.Getpid())
+	name := managerName(os.Getpid(), managerSeq.Add(1))
 	if mnt, ok := mounts[""]; ok && want == ModeCgroup2 {
 		base := filepath.Join(mnt, own[""])
 		dir := filepath.Join(base, name)
@@ -275,6 +275,21 @@ func ownCgroups() map[string]string {
 	return out
 }
 
+// managerSeq numbers the Managers of this process.
+var managerSeq atomic.Uint64
+
+// managerName is the directory of a process's seq-th Manager:
+// runtimed-<pid> for the first (a daemon's only one), runtimed-<pid>.<seq>
+// for later ones, so Managers that live side by side in one process (two
+// embedded runtimes, a test suite) never share a directory that one of
+// them removes at Close.
+func managerName(pid int, seq uint64) string {
+	if seq == 1 {
+		return fmt.Sprintf("runtimed-%d", pid)
+	}
+	return fmt.Sprintf("runtimed-%d.%d", pid, seq)
+}
+
 // cleanStale removes empty per-process cgroups left by a daemon that died
 // without cleaning up (its pid no longer runs).
 func cleanStale(base string) {
@@ -287,6 +302,7 @@ func cleanStale(base string) {
 		if !ok || !e.IsDir() {
 			continue
 		}
+		pidStr, _, _ = strings.Cut(pidStr, ".")
 		pid, err := strconv.Atoi(pidStr)
 		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
 			continue
