@@ -346,6 +346,9 @@ func TestHostileSlowConsumer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.CloseNow()
+	// The flood's output notifications may come before the start's answer
+	// (PROTOCOL section 4), each up to a 64 KiB chunk in base64.
+	slow.SetReadLimit(wiretest.ReadLimit)
 	rawCall := func(id int, method string, params any) json.RawMessage {
 		b, _ := json.Marshal(map[string]any{"id": id, "method": method, "params": params})
 		if err := slow.Write(ctx, websocket.MessageText, b); err != nil {
