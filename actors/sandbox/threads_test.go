@@ -13,6 +13,17 @@ import (
 	"time"
 )
 
+// threadedHost is a probed Host that prepares spawning threads, or skips
+// where threads cannot be confined (every start takes the helper there).
+func threadedHost(t *testing.T) *Host {
+	t.Helper()
+	h := probeOrSkip(t)
+	if h.threads == nil {
+		t.Skip("threads cannot be confined here: every start takes the helper")
+	}
+	return h
+}
+
 // waitPrepared waits (bounded) until h has a spawning thread prepared.
 func waitPrepared(t *testing.T, h *Host) {
 	t.Helper()
@@ -32,10 +43,7 @@ func waitPrepared(t *testing.T, h *Host) {
 // Close ends the prepared thread, so no confined thread stays in the
 // process.
 func TestPreparedSpawningThread(t *testing.T) {
-	h := probeOrSkip(t)
-	if h.threads == nil {
-		t.Skip("threads cannot be confined here: every start takes the helper")
-	}
+	h := threadedHost(t)
 	self := threadStates(t)[strconv.Itoa(os.Getpid())]
 	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}}}
 	if code, err := startAndWait(t, h, Plan{Path: "/bin/true", Argv: []string{"true"}, Policy: p}, "/"); err != nil || code != 0 {
@@ -80,10 +88,7 @@ func TestPreparedSpawningThread(t *testing.T) {
 // retires it and takes a fresh thread, and each command gets exactly its
 // own policy, in both directions (more and less permissive).
 func TestPreparedThreadOnlyForItsConfinement(t *testing.T) {
-	h := probeOrSkip(t)
-	if h.threads == nil {
-		t.Skip("threads cannot be confined here: every start takes the helper")
-	}
+	h := threadedHost(t)
 	ws := t.TempDir()
 	readOnly := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}}}
 	writable := func() *Policy {
@@ -171,10 +176,7 @@ func runOut(h *Host, p *Policy, script string) string {
 // seccomp filter follows each start's policy, on prepared threads too.
 // (From review.)
 func TestPreparedThreadFollowsNetwork(t *testing.T) {
-	h := probeOrSkip(t)
-	if h.threads == nil {
-		t.Skip("threads cannot be confined here: every start takes the helper")
-	}
+	h := threadedHost(t)
 	open := &Policy{RestrictFS: true, Network: true, Rules: []Rule{{Path: "/", Access: Read}}}
 	cut := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}}}
 	for i, p := range []*Policy{open, open, cut, cut, open, cut, open, open} {
@@ -196,10 +198,7 @@ func TestPreparedThreadFollowsNetwork(t *testing.T) {
 // cut; a writable workspace with the network on): each command gets
 // exactly its own, whichever thread it lands on. (From review.)
 func TestPreparedThreadsConcurrentPolicies(t *testing.T) {
-	h := probeOrSkip(t)
-	if h.threads == nil {
-		t.Skip("threads cannot be confined here: every start takes the helper")
-	}
+	h := threadedHost(t)
 	ws := t.TempDir()
 	ro := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}}}
 	rw := &Policy{RestrictFS: true, Network: true, Rules: []Rule{{Path: "/", Access: Read}, {Path: ws, Access: Write}}}
@@ -232,10 +231,7 @@ func TestPreparedThreadsConcurrentPolicies(t *testing.T) {
 // this process: Landlock's scoping keeps it out of the waiting thread's
 // domain. (From review.)
 func TestIdlePreparedThreadOutOfReach(t *testing.T) {
-	h := probeOrSkip(t)
-	if h.threads == nil {
-		t.Skip("threads cannot be confined here: every start takes the helper")
-	}
+	h := threadedHost(t)
 	release := filepath.Join(t.TempDir(), "release")
 	script := fmt.Sprintf(`n=0; while [ ! -e %s ] && [ $n -lt 100000 ]; do n=$((n+1)); done
 for t in /proc/%d/task/*; do tid=${t##*/}
@@ -261,10 +257,7 @@ kill -0 $tid 2>/dev/null && echo "signalled $tid"
 // After Close, starts take fresh threads and stay confined, and no
 // confined thread is left. (From review.)
 func TestStartsAfterClose(t *testing.T) {
-	h := probeOrSkip(t)
-	if h.threads == nil {
-		t.Skip("threads cannot be confined here: every start takes the helper")
-	}
+	h := threadedHost(t)
 	self := threadStates(t)[strconv.Itoa(os.Getpid())]
 	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}}}
 	runOut(h, p, "true")
