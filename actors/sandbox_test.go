@@ -49,14 +49,26 @@ func newIsoSupervisor(t *testing.T) *Supervisor {
 // re-exec'd helper (Host.HelperOnly), the two ways package sandbox
 // enforces a policy.
 func bothWays(t *testing.T, test func(t *testing.T, sup *Supervisor)) {
-	t.Run("thread", func(t *testing.T) { test(t, newIsoSupervisor(t)) })
-	t.Run("helper", func(t *testing.T) {
+	t.Run("namespaces", func(t *testing.T) {
 		iso := testIsolation(t)
-		h := *iso.Host
-		h.HelperOnly = true
-		iso.Host = &h
-		test(t, newIsoSupervisorWith(t, iso))
+		if !iso.Host.Namespaces {
+			t.Skipf("no namespaces here: %s", iso.Host.NamespacesMissing)
+		}
+		test(t, newIsoSupervisor(t))
 	})
+	t.Run("thread", func(t *testing.T) { test(t, newIsoSupervisorWith(t, landlockLevel(t, false))) })
+	t.Run("helper", func(t *testing.T) { test(t, newIsoSupervisorWith(t, landlockLevel(t, true))) })
+}
+
+// landlockLevel is the test isolation at runtimed serve --sandbox-level
+// landlock, on spawning threads or (helperOnly) through the helper.
+func landlockLevel(t *testing.T, helperOnly bool) Isolation {
+	iso := testIsolation(t)
+	h := *iso.Host
+	h.Level = sandbox.LevelLandlock
+	h.HelperOnly = helperOnly
+	iso.Host = &h
+	return iso
 }
 
 func newIsoSupervisorWith(t *testing.T, iso Isolation) *Supervisor {
@@ -390,11 +402,20 @@ func testSandboxPTYAndCwd(t *testing.T, sup *Supervisor) {
 	if !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "stdin-is-tty") || code != 5 {
 		t.Errorf("sandboxed PTY: code %d, output %q", code, out)
 	}
-	if !strings.Contains(out, fmt.Sprintf("pid %d", ref.Pid())) {
-		t.Errorf("the command does not have the helper's pid %d: %q", ref.Pid(), out)
+	pid := ref.Pid()
+	if sup.cfg.Isolation.Host.EnforcedLevel() == sandbox.LevelNamespaces {
+		// Its own pid namespace: the daemon reports (and signals) its
+		// init; inside, the command is not pid 1 and leads its session.
+		var inner, sid int
+		if _, err := fmt.Sscanf(out[strings.Index(out, "stdin-is-tty\r\n")+len("stdin-is-tty\r\n"):], "%d\r\npid %d", &sid, &inner); err != nil || inner <= 1 {
+			t.Errorf("the command's pid inside its namespace: %d (%v) in %q", inner, err, out)
+		}
+		pid = inner
+	} else if !strings.Contains(out, fmt.Sprintf("pid %d", pid)) {
+		t.Errorf("the command does not have the helper's pid %d: %q", pid, out)
 	}
-	if !strings.Contains(out, fmt.Sprintf("%d\r\n", ref.Pid())) {
-		t.Errorf("the command is not its own session leader (sid %d): %q", ref.Pid(), out)
+	if !strings.Contains(out, fmt.Sprintf("%d\r\npid %d", pid, pid)) {
+		t.Errorf("the command is not its own session leader (sid %d): %q", pid, out)
 	}
 	// cwd outside what the policy lets it read.
 	hidden := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/usr", Access: sandbox.Read}, {Path: "/etc", Access: sandbox.Read}}}

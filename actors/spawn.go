@@ -185,8 +185,22 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 		}
 	}()
 	attr := &os.ProcAttr{Dir: spec.Dir, Env: spec.Env, Sys: &syscall.SysProcAttr{Setsid: true}}
+	var devpts *os.File // the sandbox's own devpts instance of the PTY
+	defer func() {
+		if devpts != nil {
+			devpts.Close()
+		}
+	}()
 	if spec.TTY {
-		master, slave, perr := pty.Open()
+		var master, slave *os.File
+		var perr error
+		ok := false
+		if spec.Sandbox != nil {
+			master, slave, devpts, ok, perr = iso.Host.OpenPTY(spec.Rows, spec.Cols)
+		}
+		if !ok {
+			master, slave, perr = pty.Open()
+		}
 		if perr == nil {
 			master, perr = pollable(master)
 		}
@@ -252,8 +266,10 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 	var proc *os.Process
 	var serr error
 	if plan, ok := helperPlan(spec, path, argv, s.group); ok {
+		plan.DevPts = devpts
 		proc, serr = sandbox.Start(iso.Host, plan, attr)
 	} else {
+		sandbox.SealDescriptors() // only its stdio reaches the child
 		proc, serr = os.StartProcess(path, argv, attr)
 	}
 	s.group.CloseFD() // the child is in its cgroup (or was not started)

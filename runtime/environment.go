@@ -7,6 +7,7 @@ import (
 	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/contain"
 	"github.com/runtimed/runtimed/actors/hostenv"
+	"github.com/runtimed/runtimed/actors/sandbox"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -33,7 +34,8 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 	}
 	if iso != nil {
 		c.RuntimedSandbox = iso.Host.Enforces()
-		c.RuntimedSandboxSubpaths = c.RuntimedSandbox && iso.Host.MountNS
+		c.RuntimedSandboxSubpaths = c.RuntimedSandbox && (iso.Host.MountNS || iso.Host.EnforcedLevel() == sandbox.LevelNamespaces)
+		c.RuntimedSandboxNamespaces = iso.Host.EnforcedLevel() == sandbox.LevelNamespaces
 		if iso.Contain != nil {
 			c.RuntimedTreeContainment = iso.Contain.Mode() != contain.ModePgroup
 			c.RuntimedLimits = iso.Contain.LimitsOnTree()

@@ -15,6 +15,8 @@ import (
 	"github.com/runtimed/runtimed/actors/fsops"
 	"github.com/runtimed/runtimed/actors/policy"
 	"github.com/runtimed/runtimed/wire"
+
+	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
 // Validation of every option this package takes, in one place. Each
@@ -407,6 +409,16 @@ func (c Config) validate() error {
 	} {
 		if f.v < 0 {
 			return invalid("Config."+f.name, "must not be negative (0 means the default), got %d", f.v)
+		}
+	}
+	if c.SandboxLevel != "" {
+		if _, err := sandbox.ParseLevel(c.SandboxLevel); err != nil {
+			return invalid("Config.SandboxLevel", "%v", err)
+		}
+	}
+	if c.SandboxPidNamespace != "" {
+		if _, err := sandbox.ParsePidMode(c.SandboxPidNamespace); err != nil {
+			return invalid("Config.SandboxPidNamespace", "%v", err)
 		}
 	}
 	if c.MaxOpenFiles > 0 && c.FDReserve >= c.MaxOpenFiles {

@@ -27,6 +27,7 @@ const (
 	helperEnv  = "RUNTIMED_SANDBOX_EXEC=1"
 	planFD     = 3
 	statusFD   = 4
+	devptsFD   = 5 // the namespaces level with Plan.DevPts
 	// HelperExitCode is the helper's exit code when it fails before exec.
 	HelperExitCode = 127
 )
@@ -56,6 +57,9 @@ type Plan struct {
 	// Ctty: the command takes fd 0 as its controlling terminal (Start
 	// fills it from the ProcAttr).
 	Ctty bool `json:"ctty,omitempty"`
+	// DevPts, if set, is the detached devpts instance of the command's
+	// PTY (Host.OpenPTY), attached at the namespace's /dev/pts.
+	DevPts *os.File `json:"-"`
 }
 
 type wirePlan struct {
@@ -250,7 +254,7 @@ func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 			}
 			np.PidNS = h.PidNamespace != PidInherit
 			np.NetNS = !plan.Policy.Network
-			np.Dir, np.Ctty = plan.Dir, plan.Ctty
+			np.Dir, np.Ctty, np.DevPts = plan.Dir, plan.Ctty, plan.DevPts != nil
 			if np.Dir == "" {
 				np.Dir, _ = os.Getwd()
 			}

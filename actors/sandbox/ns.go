@@ -70,7 +70,8 @@ type mountOp struct {
 type nsPlan struct {
 	PidNS        bool      `json:"pidNS"`
 	NetNS        bool      `json:"netNS"`
-	Ctty         bool      `json:"ctty"` // the command takes fd 0 as its controlling terminal
+	Ctty         bool      `json:"ctty"`   // the command takes fd 0 as its controlling terminal
+	DevPts       bool      `json:"devpts"` // fd 5 is the devpts instance of the command's PTY
 	Dir          string    `json:"dir"`
 	ReadOnlyRoot bool      `json:"readOnlyRoot"`
 	Mounts       []mountOp `json:"mounts"`
@@ -315,7 +316,7 @@ func setupMounts(np *nsPlan, scratch string, ps *pins) error {
 			return fmt.Errorf("mount over %s: %w", m.Path, err)
 		}
 	}
-	if err := setupDev(); err != nil {
+	if err := setupDev(np.DevPts); err != nil {
 		return fmt.Errorf("/dev: %w", err)
 	}
 	if err := setupProc(); err != nil {
@@ -361,7 +362,7 @@ var devNodes = []struct {
 // to the memory cgroup of the process that writes them, the tree's).
 const shmSize = "25%"
 
-func setupDev() error {
+func setupDev(ownPTY bool) error {
 	if err := unix.Mount("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
 		return err
 	}
@@ -384,7 +385,14 @@ func setupDev() error {
 			return err
 		}
 	}
-	if err := unix.Mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if ownPTY {
+		// The instance the daemon opened the command's PTY in.
+		err := unix.MoveMount(devptsFD, "", unix.AT_FDCWD, "/dev/pts", unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(devptsFD)
+		if err != nil {
+			return fmt.Errorf("attach the PTY's devpts: %w", err)
+		}
+	} else if err := unix.Mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return fmt.Errorf("devpts: %w", err)
 	}
 	if err := unix.Mount("tmpfs", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,size="+shmSize); err != nil {
@@ -492,5 +500,5 @@ func restrictNS(p *Policy, l layers, ps *pins) (string, error) {
 	if err := installFilter(filterSpec{network: p.Network, keyrings: true}); err != nil {
 		return "seccomp", err
 	}
-	return "", nil
+	return checkCwd(".")
 }

@@ -239,6 +239,9 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	a := *attr
 	a.Env = l.Env
 	a.Files = append(append([]*os.File(nil), attr.Files...), l.Files[0], l.Files[1])
+	if plan.DevPts != nil && l.Cloneflags != 0 {
+		a.Files = append(a.Files, plan.DevPts)
+	}
 	if l.NewMountNS || l.Cloneflags != 0 {
 		sys := syscall.SysProcAttr{}
 		if attr.Sys != nil {
