@@ -215,7 +215,9 @@ func applyLandlock(p *Policy, l layers, ps *pins) error {
 			var access uint64
 			switch {
 			case g.Write && g.Dir:
-				access = llReadWrite | ll.AccessFSRefer
+				// ResolveUnix (ABI 9+): connect to UNIX sockets inside
+				// writable roots only.
+				access = llReadWrite | ll.AccessFSRefer | ll.AccessFSResolveUnix
 			case g.Write:
 				access = llReadWrite & llFile
 			case g.Dir:

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -166,7 +168,55 @@ func planNamespace(p *Policy) (nsPlan, error) {
 			}
 		}
 	}
+	// UNIX sockets bound on the host: connect(2) needs only write
+	// permission on the socket file, which a read-only mount does not
+	// take away and Landlock below ABI 9 does not mediate. Each socket
+	// bound in the daemon's network namespace when the start is planned
+	// is covered with an empty, unreadable file (connect: ECONNREFUSED or
+	// EACCES). Sockets bound later, or by another network namespace, are
+	// not (docs/sandbox.md).
+	for _, sock := range hostSockets() {
+		if covered[sock] || underDeny(rules, sock) {
+			continue
+		}
+		st, err := os.Lstat(sock)
+		if err != nil || st.Mode()&os.ModeSocket == 0 {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(sock); err != nil || real != sock {
+			continue
+		}
+		covered[sock] = true
+		np.Mounts = append(np.Mounts, mountOp{Op: opHide, Path: sock, ID: idOf(st)})
+	}
 	return np, nil
+}
+
+// hostSockets lists the pathname UNIX sockets of this network namespace.
+func hostSockets() []string {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for i, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if i == 0 || len(f) < 8 || !strings.HasPrefix(f[7], "/") {
+			continue
+		}
+		out = append(out, filepath.Clean(f[7]))
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+func underDeny(rules []Rule, path string) bool {
+	for _, r := range rules {
+		if r.Access == Deny && within(path, r.Path) {
+			return true
+		}
+	}
+	return false
 }
 
 // sortedRules orders rules shallow first; a later duplicate of a path

@@ -1,6 +1,9 @@
 package sandbox
 
 import (
+	"fmt"
+	"github.com/runtimed/runtimed/actors/sandbox/sandboxtest"
+	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"path/filepath"
@@ -51,12 +54,13 @@ func runIn(t *testing.T, h *Host, p *Policy, dir, script string) (string, int) {
 	return string(out), st.ExitCode()
 }
 
-// codexWorkspaceWrite is the policy shape Codex 0.169 sends for
-// workspace-write (policy.FloorSandbox resolved): / read; the root, /tmp
-// and $TMPDIR write; .git/.agents/.codex/.aws read where they exist.
+// codexWorkspaceWrite is the policy Codex 0.169 sends for workspace-write,
+// resolved: / read; the root and /tmp write ($TMPDIR unset);
+// .git/.agents/.codex read where they exist (missing_path_behavior skip;
+// .aws is not listed).
 func codexWorkspaceWrite(ws string) *Policy {
 	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}, {Path: ws, Access: Write}, {Path: "/tmp", Access: Write}}}
-	for _, sub := range protectedNames {
+	for _, sub := range []string{".git", ".agents", ".codex"} {
 		if _, err := os.Lstat(filepath.Join(ws, sub)); err == nil {
 			p.Rules = append(p.Rules, Rule{Path: filepath.Join(ws, sub), Access: Read})
 		}
@@ -78,5 +82,122 @@ func TestNamespaceSmoke(t *testing.T) {
 	t.Logf("code %d out:\n%s", code, out)
 	if code != 3 || !strings.Contains(out, "hi\n") {
 		t.Fatalf("code %d out %q", code, out)
+	}
+}
+
+// TestNamespaceAttacks runs every attack of the issue from inside a tree
+// started by Start, in read-only and in workspace-write (Codex's shape),
+// with pid namespaces isolated and inherited, and checks the host
+// afterwards.
+func TestNamespaceAttacks(t *testing.T) {
+	h := nsHost(t)
+	for _, pid := range []PidMode{PidIsolate, PidInherit} {
+		for _, mode := range []string{sandboxtest.ReadOnly, sandboxtest.WorkspaceWrite} {
+			t.Run(fmt.Sprintf("%s/%s", pid, mode), func(t *testing.T) {
+				hh := *h
+				hh.PidNamespace = pid
+				sc := sandboxtest.NewScene(t)
+				p := codexReadOnly()
+				if mode == sandboxtest.WorkspaceWrite {
+					p = codexWorkspaceWrite(sc.WS)
+				}
+				out, code := runIn(t, &hh, p, sc.WS, sc.Script(sc.FD))
+				if code != 0 {
+					t.Errorf("exit %d", code)
+				}
+				if pid == PidInherit {
+					// The host's pids: only the ps check differs.
+					out = strings.ReplaceAll(out, "PS-MARKER:1\n", "PS-MARKER:0\n")
+					out = strings.ReplaceAll(out, "PS-COUNT:", "PS-COUNT-HOST:")
+					out += "PS-COUNT:1\n"
+				}
+				sc.Check(t, out, mode)
+			})
+		}
+	}
+}
+
+// TestNamespaceInitSignalsAndStatus: the daemon signals the tree's init
+// (the pid it reports); the init forwards to the command's group, and the
+// command's own status comes back, a signal death as 128+N.
+func TestNamespaceInitSignalsAndStatus(t *testing.T) {
+	h := nsHost(t)
+	ws := t.TempDir()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	proc, err := Start(h, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", `trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done`}, Policy: codexWorkspaceWrite(ws)},
+		&os.ProcAttr{Dir: ws, Files: []*os.File{nil, w, w}, Sys: &syscall.SysProcAttr{Setsid: true}})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	_ = r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := r.Read(buf); err != nil || !strings.Contains(string(buf[:n]), "ready") {
+		t.Fatalf("ready: %q %v", buf[:n], err)
+	}
+	if err := syscall.Kill(-proc.Pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(r)
+	st, err := proc.Wait()
+	if err != nil || st.ExitCode() != 7 || !strings.Contains(string(rest), "got-term") {
+		t.Fatalf("after SIGTERM: exit %v (%v), output %q; want 7 and got-term", st, err, rest)
+	}
+	// A death by signal: 128+N, as without a pid namespace.
+	if _, code := runIn(t, h, codexWorkspaceWrite(ws), ws, `kill -9 $$`); code != 137 {
+		t.Errorf("kill -9 of the command: exit %d, want 137", code)
+	}
+	// Descendants die with the command (the namespace ends with its init).
+	out, code := runIn(t, h, codexWorkspaceWrite(ws), ws, `(sleep 30; echo leaked) & echo started`)
+	if code != 0 || strings.Contains(out, "leaked") {
+		t.Errorf("orphan: exit %d %q", code, out)
+	}
+}
+
+// TestNamespacePTY: the command's terminal is its own devpts instance's
+// /dev/pts/0, with the size set by the daemon, and other terminals absent.
+func TestNamespacePTY(t *testing.T) {
+	h := nsHost(t)
+	ws := t.TempDir()
+	master, slave, devpts, ok, err := h.OpenPTY(30, 100)
+	if err != nil || !ok {
+		t.Fatalf("OpenPTY: %v %v", ok, err)
+	}
+	defer master.Close()
+	proc, err := Start(h, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", `tty; stty size; ls /dev/pts | tr '\n' ' '; echo; read x; stty size`}, Policy: codexWorkspaceWrite(ws), DevPts: devpts},
+		&os.ProcAttr{Dir: ws, Files: []*os.File{slave, slave, slave}, Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true}})
+	slave.Close()
+	devpts.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	buf := make([]byte, 256)
+	for !strings.Contains(string(out), "ptmx \r\n") { // bounded: the command ends
+		n, err := master.Read(buf)
+		out = append(out, buf[:n]...)
+		if err != nil {
+			t.Fatalf("before the resize: %q %v", out, err)
+		}
+	}
+	_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 120})
+	if _, err := master.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := master.Read(buf)
+		out = append(out, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	st, _ := proc.Wait()
+	got := strings.ReplaceAll(string(out), "\r", "")
+	if st.ExitCode() != 0 || !strings.Contains(got, "/dev/pts/0\n30 100\n0 ptmx \ngo\n40 120\n") {
+		t.Errorf("exit %d, output %q", st.ExitCode(), got)
 	}
 }
