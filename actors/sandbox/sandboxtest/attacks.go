@@ -117,6 +117,10 @@ func (s *Scene) close() {
 	if s.Key > 0 {
 		_, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, s.Key, unix.KEY_SPEC_USER_KEYRING, 0, 0)
 	}
+	// What an unsandboxed run of the script added.
+	if k, err := unix.KeyctlSearch(unix.KEY_SPEC_USER_KEYRING, "user", "runtimed-pwn", 0); err == nil {
+		_, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, k, unix.KEY_SPEC_USER_KEYRING, 0, 0)
+	}
 }
 
 func isNil(c any) bool {

@@ -1,0 +1,80 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/runtimed/runtimed/actors/sandbox/sandboxtest"
+	"github.com/runtimed/runtimed/wire/wiretest"
+)
+
+// codexReadOnly is the sandbox Codex 0.169 sends for `-s read-only`.
+func codexReadOnly(root string) map[string]any {
+	uri := "file://" + root
+	return map[string]any{
+		"permissions": map[string]any{"type": "managed", "network": "restricted",
+			"file_system": map[string]any{"type": "restricted", "entries": []any{
+				map[string]any{"path": map[string]any{"type": "special", "value": map[string]any{"kind": "root"}}, "access": "read"}}}},
+		"cwd": uri, "workspaceRoots": []string{uri}, "windowsSandboxLevel": "disabled",
+		"windowsSandboxProxySettingsMode": nil, "useLegacyLandlock": false,
+	}
+}
+
+// TestSandboxAttacksThroughTheDaemon runs the issue's attacks from inside
+// trees the real daemon starts, with Codex 0.169's read-only and
+// workspace-write shapes, and one unsandboxed tree; the daemon holds a
+// writable descriptor it inherited without close-on-exec (its fd 3), which
+// no child may write. The host is checked afterwards (sandboxtest.Check).
+func TestSandboxAttacksThroughTheDaemon(t *testing.T) {
+	sc := sandboxtest.NewScene(t)
+	dup, err := unix.Dup(sc.FD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inherited := os.NewFile(uintptr(dup), "inherited")
+	defer inherited.Close()
+	srv := wiretest.StartWSFiles(t, bin, []*os.File{inherited})
+	c := dial(t, srv.URL, nil)
+	raw, err := c.Initialize(tctx(t, wait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := tctx(t, 4*wait)
+	info, err := call(ctx, c, "environment/info", nil)
+	if err != nil {
+		t.Fatalf("environment/info: %v (initialize: %s)", err, raw)
+	}
+	var env struct{ Capabilities map[string]bool }
+	if json.Unmarshal(info, &env) != nil || !env.Capabilities["runtimedSandbox"] {
+		t.Skipf("this host enforces no sandbox: %s", info)
+	}
+	if !env.Capabilities["runtimedSandboxNamespaces"] {
+		t.Errorf("capabilities do not say the namespaces level is enforced: %s", info)
+	}
+	// Unsandboxed last: its attacks land (but for the descriptor's).
+	for _, mode := range []string{sandboxtest.ReadOnly, sandboxtest.WorkspaceWrite, sandboxtest.Unsandboxed} {
+		t.Run(mode, func(t *testing.T) {
+			req := startReq{StartParams: wiretest.StartParams{ProcessID: "attack-" + mode, Argv: []string{"/usr/bin/bash", "-c", sc.Script(3)},
+				Cwd: "file://" + sc.WS, Env: baseEnv()}}
+			switch mode {
+			case sandboxtest.ReadOnly:
+				req.Sandbox = codexReadOnly(sc.WS)
+			case sandboxtest.WorkspaceWrite:
+				req.Sandbox = codexWorkspaceWrite(sc.WS, "restricted")
+			}
+			res, err := call(ctx, c, "process/start", req)
+			if err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			if mode != sandboxtest.Unsandboxed && !strings.Contains(string(res), "linuxSeccomp") {
+				t.Errorf("start result %s", res)
+			}
+			out := string(mustCollect(t, c, req.ProcessID).Output())
+			sc.Check(t, out, mode)
+		})
+	}
+}
