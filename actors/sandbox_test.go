@@ -431,3 +431,53 @@ func testSandboxPTYAndCwd(t *testing.T, sup *Supervisor) {
 		t.Errorf("hidden cwd: %v", err)
 	}
 }
+
+// shmemBytes is the kernel's count of shared memory (tmpfs included).
+func shmemBytes(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Shmem:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb << 10
+		}
+	}
+	t.Fatal("no Shmem in /proc/meminfo")
+	return 0
+}
+
+// TestSandboxShmChargedAndFreed: at the namespaces level /dev/shm is the
+// tree's own tmpfs: what it writes there is charged to the tree's memory
+// limit (the tree is killed for it) and freed with the tree, whether it
+// ended by itself or was killed.
+func TestSandboxShmChargedAndFreed(t *testing.T) {
+	iso := testIsolation(t)
+	if !iso.Host.Namespaces {
+		t.Skipf("no namespaces here: %s", iso.Host.NamespacesMissing)
+	}
+	sup := newIsoSupervisorWith(t, iso)
+	ws := t.TempDir()
+	p := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}, {Path: ws, Access: sandbox.Write}}}
+	before := shmemBytes(t)
+	r := runConfined(t, sup, ws, p, contain.Limits{}, `head -c 67108864 /dev/zero > /dev/shm/big && ls -l /dev/shm/big | wc -l`)
+	if r.code != 0 || !strings.Contains(r.out, "1") {
+		t.Fatalf("writing /dev/shm: %+v", r)
+	}
+	if after := shmemBytes(t); after-before > 32<<20 {
+		t.Errorf("/dev/shm outlived its tree: Shmem %d -> %d bytes", before, after)
+	}
+	if !iso.Contain.LimitsOnTree() {
+		t.Skip("no memory cgroup for the limit half")
+	}
+	r = runConfined(t, sup, ws, p, contain.Limits{MemoryBytes: 48 << 20}, `head -c 134217728 /dev/zero > /dev/shm/big; echo survived`)
+	if r.code != 137 || r.limit != "memory" || strings.Contains(r.out, "survived") {
+		t.Errorf("/dev/shm beyond the tree's memory limit: %+v, want killed for memory", r)
+	}
+	if after := shmemBytes(t); after-before > 32<<20 {
+		t.Errorf("/dev/shm of a killed tree outlived it: Shmem %d -> %d bytes", before, after)
+	}
+}
