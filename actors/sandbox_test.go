@@ -481,3 +481,37 @@ func TestSandboxShmChargedAndFreed(t *testing.T) {
 		t.Errorf("/dev/shm of a killed tree outlived it: Shmem %d -> %d bytes", before, after)
 	}
 }
+
+// TestLimitsCannotBeLifted: an unsandboxed tree with limits, running as
+// root, tries to leave its cgroups (every hierarchy's root cgroup.procs)
+// and to raise every pids.max and memory limit it can see; each write is
+// refused, it still sees its own cgroups as the root of its cgroup
+// namespace, and the pids limit still bites.
+func TestLimitsCannotBeLifted(t *testing.T) {
+	iso := testIsolation(t)
+	if iso.Contain == nil || !iso.Contain.LimitsOnTree() {
+		t.Skip("no cgroup limits on this host")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the attack is root's")
+	}
+	sup := newIsoSupervisorWith(t, iso)
+	script := `moved=0; raised=0
+for f in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/*/cgroup.procs; do [ -e "$f" ] && (echo $$ > "$f") 2>/dev/null && moved=$((moved+1)); done
+for f in $(find /sys/fs/cgroup -maxdepth 6 \( -name pids.max -o -name memory.max -o -name memory.limit_in_bytes \) 2>/dev/null); do (echo max > "$f") 2>/dev/null && raised=$((raised+1)); (echo -1 > "$f") 2>/dev/null && raised=$((raised+1)); done
+(mount -o remount,rw /sys/fs/cgroup/pids) 2>/dev/null && echo REMOUNTED
+echo "moved=$moved raised=$raised"
+grep -c ':/$' /proc/self/cgroup | sed 's/^/own-root-lines=/'
+grep -vc ':/$' /proc/self/cgroup | sed 's/^/other-lines=/'
+n=0; for i in $(seq 60); do (sleep 2) 2>/dev/null & done; wait; echo forked`
+	r := runConfined(t, sup, t.TempDir(), nil, contain.Limits{Pids: 20, MemoryBytes: 256 << 20}, script)
+	if !strings.Contains(r.out, "moved=0 raised=0") || strings.Contains(r.out, "REMOUNTED") {
+		t.Errorf("a limited tree lifted its limits: %q", r.out)
+	}
+	if !strings.Contains(r.out, "other-lines=0") {
+		t.Errorf("the tree sees cgroups outside its own (no cgroup namespace): %q", r.out)
+	}
+	if !strings.Contains(r.out, "bash: fork: retry") && !strings.Contains(r.out, "Resource temporarily unavailable") && r.limit != "pids" {
+		t.Errorf("the pids limit no longer bites: %+v", r)
+	}
+}

@@ -299,7 +299,9 @@ func helperPlan(spec Spec, path string, argv []string, g *contain.Group) (sandbo
 	for _, r := range g.Rlimits() {
 		plan.Rlimits = append(plan.Rlimits, sandbox.Rlimit{Resource: r.Resource, Cur: r.Cur, Max: r.Max})
 	}
-	return plan, plan.Policy != nil || len(plan.Rlimits) > 0 || len(plan.JoinCgroups) > 0
+	// A tree with limits cannot lift them (see sandbox.Plan.LockLimits).
+	plan.LockLimits = !spec.Limits.IsZero()
+	return plan, plan.Policy != nil || plan.LockLimits || len(plan.Rlimits) > 0 || len(plan.JoinCgroups) > 0
 }
 
 func errUnwrapPath(err error) error {

@@ -57,6 +57,11 @@ type Plan struct {
 	// Ctty: the command takes fd 0 as its controlling terminal (Start
 	// fills it from the ProcAttr).
 	Ctty bool `json:"ctty,omitempty"`
+	// LockLimits, for a start with limits and no policy: the command may
+	// neither leave its cgroups nor raise their limits, even as root (a
+	// cgroup namespace, a read-only view of the cgroup file systems, and
+	// the capabilities that could undo either dropped; see lockLimits).
+	LockLimits bool `json:"lockLimits,omitempty"`
 	// DevPts, if set, is the detached devpts instance of the command's
 	// PTY (Host.OpenPTY), attached at the namespace's /dev/pts.
 	DevPts *os.File `json:"-"`
@@ -194,6 +199,11 @@ func helperMain() helperStatus {
 	if p.NS != nil {
 		return nsMain(&p)
 	}
+	if p.LockLimits && p.Policy == nil {
+		if stage, err := lockLimits(); err != nil {
+			return fail(stage, err)
+		}
+	}
 	if p.Policy != nil {
 		var ps pins // closed by execve
 		if stage, err := enforce(p.Policy, p.Layers, p.Scratch, ".", &ps); err != nil {
@@ -271,7 +281,7 @@ func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 		exe = h.Exe
 	}
 	l := &Launch{Exe: exe, Argv: []string{helperArg0}, Env: []string{helperEnv, "GOMAXPROCS=1", "GOGC=off"}, plan: raw}
-	l.NewMountNS = len(wp.Layers.Overlays) > 0
+	l.NewMountNS = len(wp.Layers.Overlays) > 0 || (plan.LockLimits && plan.Policy == nil)
 	if wp.NS != nil {
 		l.Cloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWIPC
 		if wp.NS.PidNS {
