@@ -3,6 +3,7 @@ package sandbox
 import (
 	"os"
 	"testing"
+	"time"
 )
 
 // BenchmarkHelper measures one start through the helper to the command's
@@ -50,5 +51,48 @@ func BenchmarkTrue(b *testing.B) {
 			b.Fatal(err)
 		}
 		_, _ = p.Wait()
+	}
+}
+
+// BenchmarkStartLevels measures Start to the command's exit of /bin/true
+// under Codex's workspace-write policy at each level (and the namespaces
+// level with the pid namespace inherited), reporting the start (Start's
+// return) and the end (Wait's) separately.
+func BenchmarkStartLevels(b *testing.B) {
+	h, err := Probe(os.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	ws := b.TempDir()
+	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}, {Path: ws, Access: Write}, {Path: "/tmp", Access: Write}}}
+	for _, c := range []struct {
+		name  string
+		level Level
+		pid   PidMode
+	}{{"landlock", LevelLandlock, PidIsolate}, {"namespaces", LevelNamespaces, PidIsolate}, {"namespaces-pid-inherit", LevelNamespaces, PidInherit}} {
+		b.Run(c.name, func(b *testing.B) {
+			hh := *h
+			hh.Level, hh.PidNamespace = c.level, c.pid
+			if !hh.Enforces() {
+				b.Skip("not enforced here")
+			}
+			devnull, _ := os.Open(os.DevNull)
+			defer devnull.Close()
+			var start, end time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				proc, err := Start(&hh, Plan{Path: "/bin/true", Argv: []string{"true"}, Policy: p}, &os.ProcAttr{Dir: ws, Files: []*os.File{devnull, devnull, devnull}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				_, _ = proc.Wait()
+				start += t1.Sub(t0)
+				end += time.Since(t1)
+			}
+			b.ReportMetric(float64(start.Microseconds())/float64(b.N), "start-µs/op")
+			b.ReportMetric(float64(end.Microseconds())/float64(b.N), "wait-µs/op")
+		})
 	}
 }

@@ -15,9 +15,7 @@ import (
 // confineAndStart), reports the start, and then forwards signals, reaps
 // and exits with the command's status. It returns only if the command
 // could not be started.
-func runInit(p *wirePlan, l layers, ps *pins) helperStatus {
-	sigs := make(chan os.Signal, 128)
-	signal.Notify(sigs) // before the fork: no SIGCHLD is missed
+func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal) helperStatus {
 	var (
 		proc  *os.Process
 		stage string
@@ -65,6 +63,15 @@ func runInit(p *wirePlan, l layers, ps *pins) helperStatus {
 	os.Exit(initLoop(cmd, sigs))
 	return helperStatus{}
 }
+
+// forwarded are the signals the init passes on to the command's process
+// group (and SIGCHLD, on which it reaps). Every signal a client can send
+// with process/signal that a process can catch; SIGSTOP and SIGKILL
+// cannot be caught (SIGKILL from the daemon ends the init, and with it
+// the namespace; SIGSTOP stops the init only).
+var forwarded = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM, unix.SIGUSR1, unix.SIGUSR2,
+	unix.SIGALRM, unix.SIGCONT, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGWINCH, unix.SIGABRT,
+	unix.SIGPWR, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGIO, unix.SIGSYS, unix.SIGTRAP, unix.SIGCHLD}
 
 // initLoop forwards signals to the command's process group and reaps
 // every child until the command has exited; it returns the command's

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -496,6 +497,15 @@ func loopbackUp() error {
 // cgroups and rlimits; it returns only on failure.
 func nsMain(p *wirePlan) helperStatus {
 	np := p.NS
+	var sigs chan os.Signal
+	notified := make(chan struct{})
+	if np.PidNS {
+		// As the init: the signals it forwards, caught from the start (the
+		// first Notify costs about a millisecond; it overlaps the mounts,
+		// and the init waits for it before it forks).
+		sigs = make(chan os.Signal, 128)
+		go func() { signal.Notify(sigs, forwarded...); close(notified) }()
+	}
 	fail := func(stage string, err error) helperStatus {
 		var errno syscall.Errno
 		errors.As(err, &errno)
@@ -539,7 +549,8 @@ func nsMain(p *wirePlan) helperStatus {
 		err := unix.Exec(p.Path, p.Argv, p.Env)
 		return fail("exec", err)
 	}
-	return runInit(p, l, &ps)
+	<-notified
+	return runInit(p, l, &ps, sigs)
 }
 
 // restrictNS applies Landlock and the namespaces level's seccomp filter.
