@@ -27,7 +27,8 @@ const (
 	helperEnv  = "RUNTIMED_SANDBOX_EXEC=1"
 	planFD     = 3
 	statusFD   = 4
-	devptsFD   = 5 // the namespaces level with Plan.DevPts
+	// Then, at the namespaces level, Plan.DevPts and Plan.NetNS in this
+	// order (nsPlan.DevPtsFD, NetNSFD).
 	// HelperExitCode is the helper's exit code when it fails before exec.
 	HelperExitCode = 127
 )
@@ -65,6 +66,9 @@ type Plan struct {
 	// DevPts, if set, is the detached devpts instance of the command's
 	// PTY (Host.OpenPTY), attached at the namespace's /dev/pts.
 	DevPts *os.File `json:"-"`
+	// NetNS, if set, is the network namespace the command runs in
+	// (NewNetNS), instead of a new one, at the namespaces level.
+	NetNS *NetNS `json:"-"`
 }
 
 type wirePlan struct {
@@ -264,7 +268,14 @@ func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 			}
 			np.PidNS = h.PidNamespace != PidInherit
 			np.NetNS = !plan.Policy.Network
-			np.Dir, np.Ctty, np.DevPts = plan.Dir, plan.Ctty, plan.DevPts != nil
+			np.Dir, np.Ctty = plan.Dir, plan.Ctty
+			next := statusFD + 1
+			if plan.DevPts != nil {
+				np.DevPtsFD, next = next, next+1
+			}
+			if plan.NetNS != nil {
+				np.NetNSFD, np.NetNS = next, false
+			}
 			if np.Dir == "" {
 				np.Dir, _ = os.Getwd()
 			}

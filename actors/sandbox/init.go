@@ -22,6 +22,12 @@ func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal) helperStatus 
 		err   error
 	)
 	onThrowawayThread(func() {
+		if p.NS.NetNSFD > 0 {
+			if err = enterNetNS(p.NS.NetNSFD); err != nil {
+				stage = "network"
+				return
+			}
+		}
 		if err = dropCapabilities(); err != nil {
 			stage = "capabilities"
 			return

@@ -73,8 +73,9 @@ type mountOp struct {
 type nsPlan struct {
 	PidNS        bool      `json:"pidNS"`
 	NetNS        bool      `json:"netNS"`
-	Ctty         bool      `json:"ctty"`   // the command takes fd 0 as its controlling terminal
-	DevPts       bool      `json:"devpts"` // fd 5 is the devpts instance of the command's PTY
+	Ctty         bool      `json:"ctty"`     // the command takes fd 0 as its controlling terminal
+	DevPtsFD     int       `json:"devptsFD"` // the devpts instance of the command's PTY (0: none)
+	NetNSFD      int       `json:"netnsFD"`  // the network namespace to enter (0: NetNS says)
 	Dir          string    `json:"dir"`
 	ReadOnlyRoot bool      `json:"readOnlyRoot"`
 	Mounts       []mountOp `json:"mounts"`
@@ -367,7 +368,7 @@ func setupMounts(np *nsPlan, scratch string, ps *pins) error {
 			return fmt.Errorf("mount over %s: %w", m.Path, err)
 		}
 	}
-	if err := setupDev(np.DevPts); err != nil {
+	if err := setupDev(np.DevPtsFD); err != nil {
 		return fmt.Errorf("/dev: %w", err)
 	}
 	if err := setupProc(); err != nil {
@@ -413,7 +414,7 @@ var devNodes = []struct {
 // to the memory cgroup of the process that writes them, the tree's).
 const shmSize = "25%"
 
-func setupDev(ownPTY bool) error {
+func setupDev(devptsFD int) error {
 	if err := unix.Mount("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
 		return err
 	}
@@ -436,7 +437,7 @@ func setupDev(ownPTY bool) error {
 			return err
 		}
 	}
-	if ownPTY {
+	if devptsFD > 0 {
 		// The instance the daemon opened the command's PTY in.
 		err := unix.MoveMount(devptsFD, "", unix.AT_FDCWD, "/dev/pts", unix.MOVE_MOUNT_F_EMPTY_PATH)
 		unix.Close(devptsFD)
@@ -511,6 +512,13 @@ func nsMain(p *wirePlan) helperStatus {
 		errors.As(err, &errno)
 		return helperStatus{Stage: stage, Errno: int(errno), Msg: err.Error()}
 	}
+	if np.NetNSFD > 0 && !np.PidNS {
+		// setns is per thread: this one execs (the init's spawning thread
+		// enters it itself, see runInit).
+		if err := enterNetNS(np.NetNSFD); err != nil {
+			return fail("network", err)
+		}
+	}
 	// Its own cgroup namespace, rooted at the tree's cgroup it was cloned
 	// into: what the command sees of cgroups starts there.
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
@@ -551,6 +559,16 @@ func nsMain(p *wirePlan) helperStatus {
 	}
 	<-notified
 	return runInit(p, l, &ps, sigs)
+}
+
+// enterNetNS moves the calling thread into the caller's network namespace.
+func enterNetNS(fd int) error {
+	err := unix.Setns(fd, unix.CLONE_NEWNET)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("setns(the caller's network namespace): %w", err)
+	}
+	return nil
 }
 
 // restrictNS applies Landlock and the namespaces level's seccomp filter.

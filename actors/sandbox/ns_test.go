@@ -5,6 +5,7 @@ import (
 	"github.com/runtimed/runtimed/actors/sandbox/sandboxtest"
 	"golang.org/x/sys/unix"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -199,5 +200,76 @@ func TestNamespacePTY(t *testing.T) {
 	got := strings.ReplaceAll(string(out), "\r", "")
 	if st.ExitCode() != 0 || !strings.Contains(got, "/dev/pts/0\n30 100\n0 ptmx \ngo\n40 120\n") {
 		t.Errorf("exit %d, output %q", st.ExitCode(), got)
+	}
+}
+
+// TestNamespaceCallersNetNS: the managed network's hook. A caller makes
+// the network namespace first and listens inside it (the proxy); the
+// command, started in it with the network enabled (what a managed network
+// allows goes through the proxy), reaches that listener on 127.0.0.1 and
+// not the host's loopback, and the host cannot reach the proxy's port.
+func TestNamespaceCallersNetNS(t *testing.T) {
+	h := nsHost(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("python3 not found: the command's connect needs it")
+	}
+	n, err := NewNetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ln, err := n.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	hostLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostLn.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b := make([]byte, 16)
+		k, _ := c.Read(b)
+		c.Close()
+		got <- string(b[:k])
+	}()
+	if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+		c.Close()
+		t.Fatalf("the host reached the listener inside the caller's namespace")
+	}
+	ws := t.TempDir()
+	p := codexWorkspaceWrite(ws)
+	p.Network = true
+	script := `import socket,sys
+c=socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.send(b"hello"); c.close()
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2); print("HOST-REACHED")
+except OSError as e:
+    print("host-refused", e)`
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	proc, err := Start(h, Plan{Path: "/usr/bin/python3", Argv: []string{"python3", "-c", script, fmt.Sprint(port), fmt.Sprint(hostLn.Addr().(*net.TCPAddr).Port)},
+		Policy: p, NetNS: n}, &os.ProcAttr{Dir: ws, Files: []*os.File{nil, w, w}})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(r)
+	st, _ := proc.Wait()
+	select {
+	case s := <-got:
+		if s != "hello" || st.ExitCode() != 0 || !strings.Contains(string(out), "host-refused") {
+			t.Errorf("the listener got %q; the command exited %d: %s", s, st.ExitCode(), out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the command did not reach the listener: exit %d, %s", st.ExitCode(), out)
 	}
 }

@@ -239,8 +239,17 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	a := *attr
 	a.Env = l.Env
 	a.Files = append(append([]*os.File(nil), attr.Files...), l.Files[0], l.Files[1])
-	if plan.DevPts != nil && l.Cloneflags != 0 {
-		a.Files = append(a.Files, plan.DevPts)
+	if l.Cloneflags != 0 {
+		if (plan.DevPts != nil || plan.NetNS != nil) && len(attr.Files) != 3 {
+			l.Abort()
+			return nil, fmt.Errorf("sandbox: a start with its own devpts or network namespace takes exactly 3 stdio files, got %d", len(attr.Files))
+		}
+		if plan.DevPts != nil {
+			a.Files = append(a.Files, plan.DevPts)
+		}
+		if plan.NetNS != nil {
+			a.Files = append(a.Files, plan.NetNS.f)
+		}
 	}
 	if l.NewMountNS || l.Cloneflags != 0 {
 		sys := syscall.SysProcAttr{}

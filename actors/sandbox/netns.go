@@ -1,0 +1,66 @@
+package sandbox
+
+import (
+	"fmt"
+	"net"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// NetNS is an empty network namespace (loopback up) made before a start,
+// so that its caller can place listeners inside it (the managed network's
+// proxy, issue 25) and then start the command in it: Plan.NetNS. Without
+// one, a start with the network restricted gets a namespace of its own
+// made by the clone. The caller closes it once the start returned (the
+// namespace lives on while a process is in it or a listener holds it).
+type NetNS struct{ f *os.File }
+
+// NewNetNS makes the namespace on a throwaway thread (unshare(CLONE_NEWNET)
+// is per thread; the thread ends with the call).
+func NewNetNS() (*NetNS, error) {
+	var (
+		n   *NetNS
+		err error
+	)
+	onThrowawayThread(func() {
+		if err = unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			err = fmt.Errorf("sandbox: unshare(CLONE_NEWNET): %w", err)
+			return
+		}
+		if err = loopbackUp(); err != nil {
+			err = fmt.Errorf("sandbox: loopback up: %w", err)
+			return
+		}
+		var f *os.File
+		if f, err = os.Open("/proc/thread-self/ns/net"); err == nil {
+			n = &NetNS{f: f}
+		}
+	})
+	return n, err
+}
+
+// Listen opens a listener inside the namespace (net.Listen on a throwaway
+// thread that entered it); the listener works from any goroutine after.
+func (n *NetNS) Listen(network, address string) (net.Listener, error) {
+	var (
+		ln  net.Listener
+		err error
+	)
+	onThrowawayThread(func() {
+		if err = unix.Setns(int(n.f.Fd()), unix.CLONE_NEWNET); err != nil {
+			err = fmt.Errorf("sandbox: setns: %w", err)
+			return
+		}
+		ln, err = net.Listen(network, address)
+	})
+	return ln, err
+}
+
+// Close drops this handle on the namespace.
+func (n *NetNS) Close() error {
+	if n == nil {
+		return nil
+	}
+	return n.f.Close()
+}
