@@ -121,9 +121,11 @@ type Config struct {
 	Containment string
 	// SandboxLevel is "namespaces" (the default: the empty string) or
 	// "landlock" (runtimed serve --sandbox-level): what a sandboxed start
-	// gets; see docs/sandbox.md. SandboxPidNamespace is "isolate" (the
-	// default) or "inherit" (--sandbox-pid-namespace).
-	SandboxLevel        string
+	// gets; see docs/sandbox.md.
+	SandboxLevel string
+	// SandboxPidNamespace is "isolate" (the default: the empty string;
+	// each sandboxed tree in a pid namespace of its own) or "inherit"
+	// (runtimed serve --sandbox-pid-namespace).
 	SandboxPidNamespace string
 	// Services are kept running by the server (StartServices; runtimed
 	// serve --supervise FILE) and shown by process/list of every session.

@@ -80,11 +80,14 @@ const (
 type PidMode string
 
 const (
+	// PidIsolate: each sandboxed tree in a pid namespace of its own, the
+	// helper its init.
 	PidIsolate PidMode = "isolate"
+	// PidInherit: the host's pid namespace (no init; /proc shows the host).
 	PidInherit PidMode = "inherit"
 )
 
-// ParseLevel and ParsePidMode read the serve flags.
+// ParseLevel reads runtimed serve --sandbox-level.
 func ParseLevel(s string) (Level, error) {
 	switch Level(s) {
 	case LevelNamespaces, LevelLandlock:
@@ -93,6 +96,7 @@ func ParseLevel(s string) (Level, error) {
 	return "", fmt.Errorf("sandbox level %q: expected namespaces or landlock", s)
 }
 
+// ParsePidMode reads runtimed serve --sandbox-pid-namespace.
 func ParsePidMode(s string) (PidMode, error) {
 	switch PidMode(s) {
 	case PidIsolate, PidInherit:
