@@ -55,6 +55,9 @@ func TestSandboxAttacksThroughTheDaemon(t *testing.T) {
 	if !env.Capabilities["runtimedSandboxNamespaces"] {
 		t.Errorf("capabilities do not say the namespaces level is enforced: %s", info)
 	}
+	if !strings.Contains(srv.Stderr(), `"level": "namespaces"`) {
+		t.Errorf("the start-up log does not name the level:\n%s", srv.Stderr())
+	}
 	// Unsandboxed last: its attacks land (but for the descriptor's).
 	for _, mode := range []string{sandboxtest.ReadOnly, sandboxtest.WorkspaceWrite, sandboxtest.Unsandboxed} {
 		t.Run(mode, func(t *testing.T) {

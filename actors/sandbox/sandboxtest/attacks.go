@@ -40,6 +40,7 @@ type Scene struct {
 	Key               int // serial of the host key (0: no keyrings here)
 	Marker            string
 	marker            *os.Process
+	ipcKey, ipcID     int // a System V shared memory segment of the host
 	victimSt          unix.Stat_t
 	suidSt            unix.Stat_t
 	python            bool
@@ -89,6 +90,13 @@ func NewScene(t *testing.T) *Scene {
 	if k, err := unix.AddKey("user", s.KeyDesc, []byte("host-secret"), unix.KEY_SPEC_USER_KEYRING); err == nil {
 		s.Key = k
 	}
+	// A System V IPC object of the host.
+	s.ipcKey = int(time.Now().UnixNano()&0x3fffffff) | 0x40000000
+	if id, err := unix.SysvShmGet(s.ipcKey, 4096, unix.IPC_CREAT|0o666); err == nil {
+		s.ipcID = id
+	} else {
+		s.ipcID = -1
+	}
 	// A host process the tree must not see.
 	s.Marker = fmt.Sprintf("runtimed-marker-%d", time.Now().UnixNano())
 	s.marker, err = os.StartProcess("/bin/sleep", []string{s.Marker, "60"}, &os.ProcAttr{Files: []*os.File{nil, nil, nil}})
@@ -113,6 +121,9 @@ func (s *Scene) close() {
 	}
 	if s.FD > 0 {
 		unix.Close(s.FD)
+	}
+	if s.ipcID >= 0 {
+		_, _ = unix.SysvShmCtl(s.ipcID, unix.IPC_RMID, nil)
 	}
 	if s.Key > 0 {
 		_, _ = unix.KeyctlInt(unix.KEYCTL_UNLINK, s.Key, unix.KEY_SPEC_USER_KEYRING, 0, 0)
@@ -162,6 +173,7 @@ func (s *Scene) Script(fd int) string {
 		`o plant-agents sh -c 'mkdir -p .agents && echo x > .agents/x'`,
 		`o aws sh -c 'echo stolen >> .aws/credentials'`,
 		`echo "PS-COUNT:$(ps -e -o pid= | wc -l)"`,
+		fmt.Sprintf(`echo "IPC-SEEN:$(ipcs -m 2>/dev/null | grep -ci 0x%08x)"`, s.ipcKey),
 		`echo "PS-MARKER:$(ps -e -o args= | grep -c '[r]untimed-marker-')"`,
 		`o comm sh -c 'echo renamed > /proc/self/comm'`,
 		`o oom sh -c 'echo 500 > /proc/self/oom_score_adj'`,
@@ -240,6 +252,9 @@ func (s *Scene) Check(t *testing.T, out string, mode string) {
 	}
 	if n := field(out, "PS-MARKER"); n != 0 {
 		t.Errorf("ps -e shows the host's marker process (%d lines):\n%s", n, out)
+	}
+	if n := field(out, "IPC-SEEN"); n != 0 && s.ipcID >= 0 {
+		t.Errorf("the host's System V shared memory is visible inside (%d)", n)
 	}
 	if n := field(out, "PS-COUNT"); n < 1 || n > 12 {
 		t.Errorf("ps -e lists %d processes, want only the command's own tree", n)
