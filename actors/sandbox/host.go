@@ -58,6 +58,10 @@ type Host struct {
 
 	// spawner reports that a thread can take spawnerUID (see start.go).
 	spawner bool
+	// nets keeps an empty network namespace made ahead for the next
+	// namespaced start with the network restricted (nil: none). Copies of
+	// a Host share it.
+	nets *netPool
 	// threads keeps a spawning thread prepared for the next confined
 	// start (nil: none; set by Probe when threads can be confined, ended
 	// by Close). Copies of a Host share it.
@@ -148,6 +152,9 @@ func Probe(scratch string) (*Host, error) {
 		return nil, fmt.Errorf("sandbox: find own executable: %w", err)
 	}
 	h.Exe = exe
+	if h.Namespaces {
+		h.nets = &netPool{}
+	}
 	dir, err := os.MkdirTemp(scratch, "runtimed-sandbox-")
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: scratch directory: %w", err)
@@ -176,6 +183,7 @@ func (h *Host) Close() error {
 		return nil
 	}
 	h.threads.close()
+	h.nets.close()
 	if h.Scratch == "" {
 		return nil
 	}

@@ -232,6 +232,15 @@ func stageError(stage string, err error) *ExecError {
 func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	plan.Dir = attr.Dir
 	plan.Ctty = attr.Sys != nil && attr.Sys.Setctty
+	if plan.Policy != nil && h.namespaces() && !plan.Policy.Network && plan.NetNS == nil {
+		// An empty network namespace made ahead, if one is ready; the next
+		// is made in the background once this start returned.
+		defer h.nets.refill()
+		if n := h.nets.take(); n != nil {
+			defer n.Close()
+			plan.NetNS = n
+		}
+	}
 	l, err := NewLaunch(h, plan)
 	if err != nil {
 		return nil, err
