@@ -273,3 +273,61 @@ except OSError as e:
 		t.Fatalf("the command did not reach the listener: exit %d, %s", st.ExitCode(), out)
 	}
 }
+
+// TestNamespacePTYJobControl: job control on the command's own terminal
+// works as without namespaces: bash (set -m) puts a job in the foreground
+// of the terminal, ^Z from the terminal stops it (SIGTSTP to the
+// foreground process group, through the kernel's tty layer), and bash sees
+// it stopped.
+func TestNamespacePTYJobControl(t *testing.T) {
+	h := nsHost(t)
+	ws := t.TempDir()
+	master, slave, devpts, ok, err := h.OpenPTY(24, 80)
+	if err != nil || !ok {
+		t.Fatalf("OpenPTY: %v %v", ok, err)
+	}
+	defer master.Close()
+	proc, err := Start(h, Plan{Path: "/bin/bash", Argv: []string{"bash", "-c", `set -m; echo ready; sleep 30; echo "after $?"; jobs; kill -9 %1; echo done-jc`},
+		Env: []string{"PATH=/usr/bin:/bin"}, Policy: codexWorkspaceWrite(ws), DevPts: devpts},
+		&os.ProcAttr{Dir: ws, Files: []*os.File{slave, slave, slave}, Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true}})
+	slave.Close()
+	devpts.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan string, 1)
+	go func() {
+		var b []byte
+		buf := make([]byte, 256)
+		for {
+			n, err := master.Read(buf)
+			b = append(b, buf[:n]...)
+			if err != nil {
+				out <- string(b)
+				return
+			}
+		}
+	}()
+	// ^Z until the job is stopped (the first may come before the job is
+	// the terminal's foreground group); bounded by the sleep's 30 s.
+	done := make(chan struct{})
+	go func() {
+		st, _ := proc.Wait()
+		_ = st
+		close(done)
+	}()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case <-tick.C:
+			_, _ = master.Write([]byte{0x1a})
+		}
+	}
+	got := strings.ReplaceAll(<-out, "\r", "")
+	if !strings.Contains(got, "after 148") || !strings.Contains(got, "Stopped") || !strings.Contains(got, "done-jc") {
+		t.Errorf("job control on the sandboxed terminal: %q", got)
+	}
+}
