@@ -30,6 +30,16 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 		// process/ack: handed output stays retained until acknowledged
 		// (actors, the unread-output rule).
 		RuntimedOutputAck: true,
+		// environmentConfig/read: system and user layers, projected
+		// (actors/codexhome).
+		EnvironmentConfigRead: true,
+		// capabilities/discoverV2 and capabilityRoots/discoverV1
+		// (actors/codexhome), every read offered to the request's sandbox
+		// through the check fs/* requests use (fsops.ReadCheck).
+		CapabilityDiscoveryV2:      true,
+		CapabilityDiscoverySandbox: true,
+		// http/request headers {name, value, valueEnvVar} (actors/httpreq).
+		HTTPHeaderEnvVars: true,
 	}
 	if iso != nil {
 		c.RuntimedSandbox = iso.Host.Enforces()

@@ -74,7 +74,7 @@ func TestBufferedRequestAndHeaders(t *testing.T) {
 	c := newClient(t, 0)
 	resp, err := do(t, c, Request{
 		Method: "PATCH", URL: s.URL + "/x?q=1", Body: []byte("hi"),
-		Headers: []Header{{"X-A", "1"}, {"x-a", "2"}, {"Host", "example.test"}},
+		Headers: []Header{{Name: "X-A", Value: "1"}, {Name: "x-a", Value: "2"}, {Name: "Host", Value: "example.test"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -161,10 +161,10 @@ func TestInvalidRequests(t *testing.T) {
 		{Request{Method: "GET", URL: "ftp://example.test/x"}, UnsupportedScheme, "ftp"},
 		{Request{Method: "GET", URL: "file:///etc/passwd"}, UnsupportedScheme, "file"},
 		{Request{Method: "GET", URL: "ws://127.0.0.1/"}, UnsupportedScheme, "ws"},
-		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{"bad name", "v"}}}, InvalidHeaderName, "bad name"},
-		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{"", "v"}}}, InvalidHeaderName, ""},
-		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{"X", "a\nb"}}}, InvalidHeaderValue, "X"},
-		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{"X", "a\x00"}}}, InvalidHeaderValue, "X"},
+		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{Name: "bad name", Value: "v"}}}, InvalidHeaderName, "bad name"},
+		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{Name: "", Value: "v"}}}, InvalidHeaderName, ""},
+		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{Name: "X", Value: "a\nb"}}}, InvalidHeaderValue, "X"},
+		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{Name: "X", Value: "a\x00"}}}, InvalidHeaderValue, "X"},
 	}
 	for _, cs := range cases {
 		_, err := c.Prepare(cs.r)
@@ -174,7 +174,7 @@ func TestInvalidRequests(t *testing.T) {
 		}
 	}
 	// Upper-case schemes and tabs in values are fine.
-	if _, err := c.Prepare(Request{Method: "GET", URL: "HTTPS://127.0.0.1/", Headers: []Header{{"X", "a\tb"}}}); err != nil {
+	if _, err := c.Prepare(Request{Method: "GET", URL: "HTTPS://127.0.0.1/", Headers: []Header{{Name: "X", Value: "a\tb"}}}); err != nil {
 		t.Errorf("HTTPS URL with a tab in a value: %v", err)
 	}
 }
