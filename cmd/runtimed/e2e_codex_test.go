@@ -140,7 +140,7 @@ type codexHarness struct {
 	mark      string // a value only the server's environment has
 	refHome   string // CODEX_HOME of the reference exec-server
 	table     *methodTable
-	stdio     bool // codex starts the server itself (useStdio); no tap
+	stdio     bool     // codex starts the server itself (useStdio); no tap
 	serverEnv []string // more environment of the exec-server (not of codex)
 }
 
