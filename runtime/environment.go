@@ -44,6 +44,13 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 	if iso != nil {
 		c.RuntimedSandbox = iso.Host.Enforces()
 		c.RuntimedSandboxSubpaths = c.RuntimedSandbox && iso.Host.MountNS
+		// A policy with "/" writable keeps /dev/null, zero, full, random,
+		// urandom and tty usable (the sandbox's device rules apply whatever
+		// the root access; cmd/runtimed TestSandboxRootWritePreservesDevices).
+		// linuxApprovedRootWritePreservesRestrictions stays false: denied
+		// root-metadata symlink targets under approved root writes are not
+		// verified here.
+		c.LinuxRootWritePreservesDevices = c.RuntimedSandbox
 		if iso.Contain != nil {
 			c.RuntimedTreeContainment = iso.Contain.Mode() != contain.ModePgroup
 			c.RuntimedLimits = iso.Contain.LimitsOnTree()
