@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -509,4 +510,53 @@ func TestCapabilityDiscovery(t *testing.T) {
 	}
 	_, err = call(tctx(t, wait), c, "capabilityRoots/discoverV1", map[string]any{})
 	wantRPCError(t, "no roots", err, -32602, "missing field `roots`")
+}
+
+// TestFsConfigCLI: `runtimed fs config` shows what the executor reports, locally (this process's
+// CODEX_HOME) and through --connect (the server's), including a layer that does not load.
+func TestFsConfigCLI(t *testing.T) {
+	t.Parallel()
+	w := newCodexHomeWorld(t)
+	w.write(t, "codex-home/config.toml", "model = \"m\"\n[mcp_servers.docs]\nurl = \"http://docs.test/mcp\"\n")
+	w.write(t, "codex-home/skills/hello/SKILL.md", "---\nname: hello-skill\ndescription: Says hello\n---\n")
+	w.write(t, "etc-codex/config.toml", "[mcp_servers.broken\n")
+	run := func(env []string, args ...string) (string, string, int) {
+		cmd := exec.Command(bin, append([]string{"fs", "config"}, args...)...)
+		cmd.Env = append(os.Environ(), env...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+	out, errOut, code := run([]string{"CODEX_HOME=" + w.codexHome, "HOME=" + w.home}, w.root)
+	if code != 0 || !strings.Contains(out, "user ("+filepath.Join(w.codexHome, "config.toml")+")") || !strings.Contains(out, `url = "http://docs.test/mcp"`) ||
+		strings.Contains(out, `model = "m"`) || !strings.Contains(out, "hello-skill [codex-home-skills]: Says hello") {
+		t.Errorf("local fs config: exit %d\n%s%s", code, out, errOut)
+	}
+	srv := wiretest.StartWSEnv(t, bin, []string{"CODEX_HOME=" + w.codexHome, "HOME=" + w.home}, "--codex-system-dir", w.sys)
+	out, errOut, code = run([]string{"CODEX_HOME=" + filepath.Join(w.root, "absent")}, "--connect", srv.URL, "--key", "model", "--json", w.root)
+	var got struct {
+		EnvironmentConfig configRead `json:"environmentConfig"`
+		Capabilities      discoverV2 `json:"capabilities"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil {
+		t.Fatalf("fs config --connect --json: exit %d\n%s%s", code, out, errOut)
+	}
+	cfg := got.EnvironmentConfig.Config
+	if len(cfg.Layers) != 1 || cfg.Layers[0].TOML != "model = \"m\"\n" || len(cfg.Errors) != 1 || !strings.HasPrefix(cfg.Errors[0].Source, "system (") {
+		t.Errorf("--key model through the server: %+v", cfg)
+	}
+	if names := skillNames(got.Capabilities.Skills); !reflect.DeepEqual(names, []string{"hello-skill"}) {
+		t.Errorf("skills through the server: %v", names)
+	}
+	_, errOut, code = run([]string{"CODEX_HOME=" + filepath.Join(w.root, "absent")}, w.root)
+	if code != 1 || !strings.Contains(errOut, "CODEX_HOME points to") {
+		t.Errorf("a missing CODEX_HOME: exit %d, stderr %q", code, errOut)
+	}
 }
