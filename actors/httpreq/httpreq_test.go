@@ -452,3 +452,64 @@ func TestTimeoutErrorText(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func TestHeaderValueEnvVar(t *testing.T) {
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Header.Get("Authorization")) })
+	env := map[string]string{"TOKEN": "s3cr3t", "EMPTY": "", "OPENAI_API_KEY": "k", "BAD": "a\nb"}
+	c := NewClient(Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	t.Cleanup(c.Close)
+	ptr := func(s string) *string { return &s }
+	resp, err := do(t, c, Request{Method: "GET", URL: s.URL, Headers: []Header{{Name: "Authorization", Value: "Bearer ", ValueEnvVar: ptr("TOKEN")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, err := resp.ReadAll(); err != nil || string(body) != "Bearer s3cr3t" {
+		t.Errorf("body %q, %v: want the value followed by the variable", body, err)
+	}
+	for _, tc := range []struct {
+		envVar string
+		kind   InvalidKind
+	}{
+		{"MISSING", HeaderEnvUnset}, {"EMPTY", HeaderEnvEmpty}, {"openai_api_key", HeaderEnvProtected},
+		{"OPENAI_API_KEY", HeaderEnvProtected}, {"Aws_Secret_Access_Key", HeaderEnvProtected}, {"BAD", InvalidHeaderValue},
+	} {
+		_, err := c.Prepare(Request{Method: "GET", URL: s.URL, Headers: []Header{{Name: "X", Value: "v", ValueEnvVar: ptr(tc.envVar)}}})
+		var inv *InvalidError
+		if !errors.As(err, &inv) || inv.Kind != tc.kind || inv.Detail != "X" || (tc.kind != InvalidHeaderValue && inv.Var != tc.envVar) {
+			t.Errorf("%s: %v, want kind %d", tc.envVar, err, tc.kind)
+		}
+	}
+}
+
+func TestStopRedirects(t *testing.T) {
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/r" {
+			http.Redirect(w, r, "/final", http.StatusMovedPermanently)
+			return
+		}
+		io.WriteString(w, "final")
+	})
+	c := newClient(t, 0)
+	for _, stop := range []bool{true, false} {
+		resp, err := do(t, c, Request{Method: "GET", URL: s.URL + "/r", StopRedirects: stop})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := resp.ReadAll()
+		if stop && (resp.Status != http.StatusMovedPermanently || !hasLocation(resp.Headers)) {
+			t.Errorf("stop: %d %q %v: want the 301 with its location", resp.Status, body, resp.Headers)
+		}
+		if !stop && (resp.Status != 200 || string(body) != "final") {
+			t.Errorf("follow: %d %q", resp.Status, body)
+		}
+	}
+}
+
+func hasLocation(hs []Header) bool {
+	for _, h := range hs {
+		if h.Name == "location" && h.Value == "/final" {
+			return true
+		}
+	}
+	return false
+}
