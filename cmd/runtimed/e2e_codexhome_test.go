@@ -560,3 +560,19 @@ func TestFsConfigCLI(t *testing.T) {
 		t.Errorf("a missing CODEX_HOME: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestCodexHomeMethodsNeedInitialize: like every other family, the section 7.6 methods are refused
+// before the handshake, on both transports.
+func TestCodexHomeMethodsNeedInitialize(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := tr.connect(t)
+		for method, family := range map[string]string{
+			"environmentConfig/read":     "environment config",
+			"capabilities/discoverV2":    "capability discovery",
+			"capabilityRoots/discoverV1": "capability discovery",
+		} {
+			_, err := call(tctx(t, wait), c, method, map[string]any{})
+			wantRPCError(t, method+" before initialize", err, -32600, "client must call initialize before using "+family+" methods")
+		}
+	})
+}
