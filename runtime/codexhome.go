@@ -19,9 +19,9 @@ import (
 // absolute path or file: URI; each path is a list of TOML keys (at least one
 // path in all).
 type CodexConfigQuery struct {
-	Cwd               string
-	ConfigPaths       [][]string
-	RequirementsPaths [][]string
+	Cwd               string     // the directory the configuration is read for
+	ConfigPaths       [][]string // key paths kept of the config layers
+	RequirementsPaths [][]string // key paths kept of the requirements layers
 }
 
 func (q CodexConfigQuery) params() wire.EnvironmentConfigReadParams {
