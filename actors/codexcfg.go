@@ -152,6 +152,10 @@ func wirePluginFiles(f codexhome.PluginFiles) wire.PluginFiles {
 	return wire.PluginFiles{Manifest: *wireText(&f.Manifest), MCPConfig: wireText(f.MCPConfig), AppsConfig: wireText(f.AppsConfig)}
 }
 
+// maxDiscoverRoots bounds the roots of one capabilityRoots/discoverV1 (each
+// walk is itself bounded by codexhome's Scanner limits).
+const maxDiscoverRoots = 256
+
 // DiscoverV1 answers capabilityRoots/discoverV1: what each requested root
 // holds, with its files' contents. Each root's reads are held to its own
 // sandbox and to the server's fs roots; a root that cannot be read is that
@@ -160,6 +164,9 @@ func DiscoverV1(raw json.RawMessage, roots fsops.Roots) (any, *wire.Error) {
 	var p wire.DiscoverV1Params
 	if e := wire.DecodeParams(raw, &p); e != nil {
 		return nil, e
+	}
+	if len(p.Roots) > maxDiscoverRoots {
+		return nil, wire.Errorf(wire.CodeInvalidParams, "at most %d capability roots are allowed", maxDiscoverRoots)
 	}
 	res := wire.DiscoverV1Result{Roots: make([]wire.CapabilityRootResult, 0, len(p.Roots))}
 	for _, r := range p.Roots {

@@ -510,6 +510,12 @@ func TestCapabilityDiscovery(t *testing.T) {
 	}
 	_, err = call(tctx(t, wait), c, "capabilityRoots/discoverV1", map[string]any{})
 	wantRPCError(t, "no roots", err, -32602, "missing field `roots`")
+	many := make([]any, 257)
+	for i := range many {
+		many[i] = map[string]any{"id": fmt.Sprint(i), "path": fileURIOf(w.root)}
+	}
+	_, err = call(tctx(t, wait), c, "capabilityRoots/discoverV1", map[string]any{"roots": many})
+	wantRPCError(t, "257 roots", err, -32602, "at most 256 capability roots are allowed")
 }
 
 // TestFsConfigCLI: `runtimed fs config` shows what the executor reports, locally (this process's
