@@ -106,7 +106,7 @@ func DiscoverV2(raw json.RawMessage, systemDir string, env []string) (any, *wire
 	if err != nil {
 		return nil, wire.Errorf(wire.CodeInternal, "failed to find Codex home: %v", err)
 	}
-	inv := codexhome.Scanner{MayRead: may}.Discover(home, codexhome.HomeDir(env), systemDir)
+	inv := codexhome.Scanner{MayRead: physical(may, fsops.Roots{})}.Discover(home, codexhome.HomeDir(env), systemDir)
 	res := wire.DiscoverV2Result{Plugins: []wire.ExecutorPlugin{}, Skills: wireSkills(inv.Skills), Warnings: inv.Warnings}
 	for _, pl := range inv.Plugins {
 		res.Plugins = append(res.Plugins, wire.ExecutorPlugin{
@@ -152,6 +152,26 @@ func wirePluginFiles(f codexhome.PluginFiles) wire.PluginFiles {
 	return wire.PluginFiles{Manifest: *wireText(&f.Manifest), MCPConfig: wireText(f.MCPConfig), AppsConfig: wireText(f.AppsConfig)}
 }
 
+// physical checks the path a discovery read would reach: its symlinks
+// resolved (as fs/* requests check their physical targets), so a link
+// inside an allowed directory does not lead the walk into a denied one.
+// The path must pass the request's sandbox both as named and as resolved,
+// and lie within the server's fs roots (zero Roots: anywhere).
+func physical(may func(string) bool, roots fsops.Roots) func(string) bool {
+	return func(p string) bool {
+		if !may(p) {
+			return false
+		}
+		if resolved, err := filepath.EvalSymlinks(p); err == nil && resolved != p {
+			if !may(resolved) {
+				return false
+			}
+			p = resolved
+		}
+		return roots.Contains(p)
+	}
+}
+
 // maxDiscoverRoots bounds the roots of one capabilityRoots/discoverV1 (each
 // walk is itself bounded by codexhome's Scanner limits).
 const maxDiscoverRoots = 256
@@ -185,16 +205,7 @@ func DiscoverV1(raw json.RawMessage, roots fsops.Roots) (any, *wire.Error) {
 			fail(werr.Message)
 			continue
 		}
-		mayRead := func(p string) bool {
-			if !may(p) {
-				return false
-			}
-			if resolved, err := filepath.EvalSymlinks(p); err == nil {
-				p = resolved
-			}
-			return roots.Contains(p)
-		}
-		scan := codexhome.Scanner{MayRead: mayRead}.ScanRoot(path)
+		scan := codexhome.Scanner{MayRead: physical(may, roots)}.ScanRoot(path)
 		if scan.Err != "" {
 			fail(scan.Err)
 			continue

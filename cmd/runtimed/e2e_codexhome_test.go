@@ -445,6 +445,17 @@ func TestCapabilityDiscovery(t *testing.T) {
 	if got := skillNames(r.Skills); contains(got, "hello-skill") || !contains(got, "agent-skill") {
 		t.Errorf("with hello denied by the sandbox: skills %v", got)
 	}
+	// A symlink inside an allowed directory does not lead the walk into a denied one.
+	secret := filepath.Dir(w.write(t, "secret/linked/SKILL.md", "---\nname: linked-skill\ndescription: behind a link\n---\n"))
+	if err := os.Symlink(secret, filepath.Join(w.codexHome, "skills", "linked")); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = discover(nil); err != nil || !contains(skillNames(r.Skills), "linked-skill") {
+		t.Fatalf("a linked skill without a sandbox: %v, %v", skillNames(r.Skills), err)
+	}
+	if r, err = discover(denySandbox(w.root, filepath.Dir(secret))); err != nil || contains(skillNames(r.Skills), "linked-skill") {
+		t.Errorf("a linked skill whose target the sandbox denies: %v, %v", skillNames(r.Skills), err)
+	}
 	_, err = discover(map[string]any{"permissions": map[string]any{"type": "bogus"}})
 	wantRPCErrorContains(t, "a malformed sandbox", err, -32602, "sandbox.permissions")
 	_, err = call(tctx(t, wait), c, "capabilities/discoverV2", map[string]any{})
