@@ -62,6 +62,7 @@ type codexVersion struct {
 
 var codexVersions = []codexVersion{
 	{version: "0.169.0", reconnects: true, executorConfig: true}, // the reference client (PROTOCOL.md section 7)
+	{version: "0.171.0", reconnects: true, executorConfig: true}, // the newest Codex (PROTOCOL.md section 7)
 	{version: "0.135.0", reconnects: false},
 }
 
