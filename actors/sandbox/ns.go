@@ -305,7 +305,10 @@ func setupMounts(np *nsPlan, scratch string, ps *pins) error {
 				return err
 			}
 			if err := unix.Mkdirat(pfd, filepath.Base(m.Path), 0o755); err != nil && err != unix.EEXIST {
-				return fmt.Errorf("stub %s: %w", m.Path, err)
+				// Where root cannot create it (a read-only or root-squashed
+				// file system), neither can the command: no stub needed.
+				np.Mounts[i].Op = ""
+				continue
 			}
 			fd, err := unix.Openat2(pfd, filepath.Base(m.Path), &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | unix.O_DIRECTORY, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH})
 			if err != nil {
@@ -328,6 +331,9 @@ func setupMounts(np *nsPlan, scratch string, ps *pins) error {
 	var hidden *hiddenFiles
 	defer func() { hidden.release() }()
 	for i, m := range np.Mounts {
+		if m.Op == "" {
+			continue
+		}
 		target, _, err := ps.pinned(m.Path, m.ID)
 		if err != nil {
 			return err
