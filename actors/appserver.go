@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -131,7 +132,7 @@ func (c *conn) spawnApp(msg wire.Message) {
 			set[k] = *v
 		}
 	}
-	env := withoutVars(BuildEnv(ServerEnv(), &EnvPolicy{Inherit: "all", IgnoreDefaultExcludes: true}, set), unset)
+	env := withoutVars(osproc.BuildEnv(osproc.ServerEnv(), &osproc.EnvPolicy{Inherit: "all", IgnoreDefaultExcludes: true}, set), unset)
 	spec := Spec{Argv: p.Command, Dir: dir, Env: env, TTY: p.TTY, PipeStdin: p.StreamStdin, Timeout: time.Duration(timeoutMs) * time.Millisecond}
 	if p.Size != nil {
 		spec.Rows, spec.Cols = p.Size.Rows, p.Size.Cols
@@ -301,7 +302,7 @@ func (c *conn) resizeApp(msg wire.Message) {
 		return
 	}
 	if err := a.ref.Resize(c.ctx, p.Size.Rows, p.Size.Cols); err != nil {
-		if errors.Is(err, ErrNotPTY) {
+		if errors.Is(err, osproc.ErrNotPTY) {
 			c.reply(msg.ID, nil, wire.ErrResizeNotPTY())
 		} else {
 			c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "failed to resize PTY: %v", err))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"io"
 	"net/url"
 	"path/filepath"
@@ -489,14 +490,14 @@ func (c *conn) start(msg wire.Message) {
 	if p.Size != nil {
 		spec.Rows, spec.Cols = p.Size.Rows, p.Size.Cols
 	}
-	var policy *EnvPolicy
+	var policy *osproc.EnvPolicy
 	if p.EnvPolicy != nil {
-		policy = &EnvPolicy{
+		policy = &osproc.EnvPolicy{
 			Inherit: p.EnvPolicy.Inherit, IgnoreDefaultExcludes: p.EnvPolicy.IgnoreDefaultExcludes,
 			Exclude: p.EnvPolicy.Exclude, Set: p.EnvPolicy.Set, IncludeOnly: p.EnvPolicy.IncludeOnly,
 		}
 	}
-	spec.Env = BuildEnv(ServerEnv(), policy, p.Env)
+	spec.Env = osproc.BuildEnv(osproc.ServerEnv(), policy, p.Env)
 	if spec.Sandbox, serr = c.sup.SandboxFor(sb, dir, spec.Env); serr != nil {
 		c.reply(msg.ID, nil, serr)
 		return

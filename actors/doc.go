@@ -130,7 +130,9 @@
 // streams, which are then closed by force, so closed follows promptly even
 // when a descendant that left the group holds them. Every deadline of the
 // actor comes from ProcConfig.Clock (tests drive a fake one).
-// Spawn failures are *SpawnError values carrying the OS error.
+// Spawn failures are *osproc.SpawnError values carrying the OS error
+// (the OS half, fork/exec, pipes, PTY, pidfd and env, is package osproc;
+// this package holds actors only).
 //
 // Descriptors are released when they stop being needed, never by the
 // garbage collector: the child's os.Process handle (a pidfd since Go 1.23)

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"fmt"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"slices"
 	"syscall"
 	"time"
@@ -22,7 +23,7 @@ type fsmSession struct {
 
 func (s *fsmSession) Pid() int                    { return 0 }
 func (s *fsmSession) Streams() []Stream           { return s.streams }
-func (s *fsmSession) Output(int) Reader           { return nil }
+func (s *fsmSession) Output(int) osproc.Reader    { return nil }
 func (s *fsmSession) Wait() int                   { return 0 }
 func (s *fsmSession) HasStdin() bool              { return false }
 func (s *fsmSession) Write([]byte) error          { return nil }

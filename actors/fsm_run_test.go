@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"os"
 	"slices"
 	"sync"
@@ -36,12 +37,12 @@ func newClockSession(t *testing.T) *clockSession {
 
 func (s *clockSession) Pid() int                    { return 0 }
 func (s *clockSession) Streams() []Stream           { return []Stream{Stdout} }
-func (s *clockSession) Output(int) Reader           { return s.r }
+func (s *clockSession) Output(int) osproc.Reader    { return s.r }
 func (s *clockSession) Wait() int                   { return <-s.exitCh }
 func (s *clockSession) HasStdin() bool              { return false }
 func (s *clockSession) Write([]byte) error          { return nil }
 func (s *clockSession) CloseStdin() error           { return nil }
-func (s *clockSession) Resize(uint16, uint16) error { return ErrNotPTY }
+func (s *clockSession) Resize(uint16, uint16) error { return osproc.ErrNotPTY }
 func (s *clockSession) Limit(int) string            { return "" }
 func (s *clockSession) Release()                    {}
 func (s *clockSession) ReleaseIfEmpty()             {}

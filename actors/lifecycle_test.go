@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -128,13 +129,13 @@ func (fakeSession) Release()                       {}
 func (fakeSession) ReleaseIfEmpty()                {}
 func (fakeSession) Pid() int                       { return 0 }
 func (fakeSession) Streams() []Stream              { return []Stream{Stdout} }
-func (fakeSession) Output(int) Reader              { return nil }
+func (fakeSession) Output(int) osproc.Reader       { return nil }
 func (fakeSession) Wait() int                      { return 0 }
 func (fakeSession) HasStdin() bool                 { return false }
 func (fakeSession) Write([]byte) error             { return nil }
 func (fakeSession) CloseStdin() error              { return nil }
 func (fakeSession) Signal(syscall.Signal) error    { return nil }
-func (fakeSession) Resize(rows, cols uint16) error { return ErrNotPTY }
+func (fakeSession) Resize(rows, cols uint16) error { return osproc.ErrNotPTY }
 func (fakeSession) CloseOutputs()                  {}
 
 // PROTOCOL.md §4: a death by signal N reports 128+N, also when the kernel

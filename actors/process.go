@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -24,7 +25,7 @@ const (
 	// It is also the most retention can fall short of its byte bound:
 	// chunks are evicted whole, so the newest retainBytes less at most
 	// 64 KiB stay (larger coalesced chunks lost up to 256 KiB).
-	maxReadChunk = 64 << 10
+	maxReadChunk = osproc.MaxChunk
 	// writeIDMemory is how many writeIds per process are remembered for dedupe.
 	writeIDMemory = 4096
 	// exitHold is how long a reported exit waits for the output streams to
@@ -404,7 +405,7 @@ type process struct {
 	argv  []string
 	tty   bool
 	pid   int
-	sess  Session
+	sess  osproc.Session
 	cfg   ProcConfig
 	clock Clock
 	log   *zap.Logger
@@ -469,7 +470,7 @@ type process struct {
 
 // newProcess builds the actor around a started session (phase starting).
 // The supervisor then starts its helpers (startHelpers) and run.
-func newProcess(id string, argv []string, tty bool, sess Session, cfg ProcConfig, log *zap.Logger, sub *Subscriber) (*process, *ProcessRef) {
+func newProcess(id string, argv []string, tty bool, sess osproc.Session, cfg ProcConfig, log *zap.Logger, sub *Subscriber) (*process, *ProcessRef) {
 	clock := cfg.Clock
 	if clock == nil {
 		clock = RealClock{}

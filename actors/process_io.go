@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"os"
 	"syscall"
 )
@@ -56,8 +57,8 @@ func (p *process) startHelpers(wg interface{ Go(func()) }) {
 	}
 }
 
-func (p *process) readLoop(st Stream, r Reader) {
-	cr, ok := r.(ChunkReader)
+func (p *process) readLoop(st Stream, r osproc.Reader) {
+	cr, ok := r.(osproc.ChunkReader)
 	if !ok {
 		cr = &bufferedChunks{r: r, buf: make([]byte, p.readSize)}
 	}
@@ -82,7 +83,7 @@ func (p *process) readLoop(st Stream, r Reader) {
 
 // bufferedChunks adapts a plain Reader (test fakes) to ChunkReader.
 type bufferedChunks struct {
-	r   Reader
+	r   osproc.Reader
 	buf []byte
 }
 

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"github.com/runtimed/runtimed/actors/osproc"
 	"syscall"
 	"time"
 )
@@ -91,7 +92,7 @@ func (p *process) handle(m procMsg) {
 	case resizeMsg:
 		switch {
 		case !p.tty:
-			m.reply <- ErrNotPTY
+			m.reply <- osproc.ErrNotPTY
 		case p.closed():
 			m.reply <- nil
 		default:

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors/fsops"
 	"github.com/runtimed/runtimed/actors/hostenv"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -37,7 +37,7 @@ type Config struct {
 	// Isolation is the sandbox host and cgroup manager children are
 	// spawned with (zero value: sandboxes and limits are refused, trees
 	// are contained by process group only).
-	Isolation Isolation
+	Isolation osproc.Isolation
 	// DefaultSandbox (FloorReadOnly, FloorWorkspaceWrite or FloorNone) is
 	// applied to starts that carry no sandbox; RequireSandbox refuses them.
 	DefaultSandbox string
@@ -157,7 +157,7 @@ func (s *Supervisor) spawnCharged(id string, spec Spec, sub *Subscriber, live ch
 	if berr != nil {
 		return nil, berr
 	}
-	sess, err := s.startOS(spec)
+	sess, err := s.startOS(&spec)
 	if err != nil {
 		s.release(c)
 		if fdExhausted(err) {
@@ -169,7 +169,7 @@ func (s *Supervisor) spawnCharged(id string, spec Spec, sub *Subscriber, live ch
 	if ref == nil {
 		s.release(c)
 		s.metrics.ProcessExited(EndTerminated)
-		discardSession(sess) // stopped while the child was being started
+		osproc.Discard(sess) // stopped while the child was being started
 		return nil, ErrStopped
 	}
 	_ = send(context.Background(), s.budgets.mbox, budgetMsg(bindMsg{ref: ref, c: c}), s.budgets.done)
@@ -178,26 +178,15 @@ func (s *Supervisor) spawnCharged(id string, spec Spec, sub *Subscriber, live ch
 
 // startOS starts the child and measures it: a started process is counted
 // (its actor reports the exit), a failed start too.
-func (s *Supervisor) startOS(spec Spec) (Session, error) {
+func (s *Supervisor) startOS(spec *Spec) (osproc.Session, error) {
 	t0 := time.Now()
-	sess, err := startOS(spec, s.cfg.Isolation)
+	sess, err := osproc.Start(spec.os(), s.cfg.Isolation)
 	if err != nil {
 		s.metrics.SpawnFailed()
 		return nil, err
 	}
 	s.metrics.ProcessStarted(time.Since(t0))
 	return sess, nil
-}
-
-// discardSession kills and reaps a started child that no actor will own.
-func discardSession(sess Session) {
-	_ = sess.Signal(syscall.SIGKILL)
-	sess.CloseOutputs()
-	if sess.HasStdin() {
-		_ = sess.CloseStdin()
-	}
-	sess.Wait()
-	sess.Release()
 }
 
 // noDescriptors is the refusal of a spawn the kernel refused for lack of
@@ -213,7 +202,7 @@ func (s *Supervisor) noDescriptors(err error) *BudgetError {
 
 // SpawnSession starts a process actor around an already started session
 // (tests pass a fake one). It returns nil once the supervisor has stopped.
-func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Session, sub *Subscriber) *ProcessRef {
+func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess osproc.Session, sub *Subscriber) *ProcessRef {
 	s.metrics.ProcessStarted(0)
 	ref := s.spawn(id, argv, tty, sess, sub, 0, nil, nil)
 	if ref == nil {
@@ -223,7 +212,7 @@ func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Sessi
 }
 
 // spawn starts the actor around sess; nil when the supervisor has stopped.
-func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration, meta *Metadata, listener chan Event) *ProcessRef {
+func (s *Supervisor) spawn(id string, argv []string, tty bool, sess osproc.Session, sub *Subscriber, timeout time.Duration, meta *Metadata, listener chan Event) *ProcessRef {
 	log := s.log.Named("proc").WithLazy(zap.String("process_id", id), zap.Int("pid", sess.Pid())) // fields encoded only if it logs
 	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
 	ref.meta = meta // immutable from here: set before any goroutine sees ref

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"io"
 	"os"
 	"slices"
@@ -86,7 +87,7 @@ func newFakeSession(tty bool) *fakeSession {
 
 func (f *fakeSession) Pid() int                       { return 0 }
 func (f *fakeSession) Streams() []actors.Stream       { return f.streams }
-func (f *fakeSession) Output(i int) actors.Reader     { return f.outs[i] }
+func (f *fakeSession) Output(i int) osproc.Reader     { return f.outs[i] }
 func (f *fakeSession) Wait() int                      { return <-f.exitCh }
 func (f *fakeSession) HasStdin() bool                 { return true }
 func (f *fakeSession) Resize(rows, cols uint16) error { return nil }

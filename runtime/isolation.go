@@ -1,12 +1,12 @@
 package runtime
 
 import (
+	"github.com/runtimed/runtimed/actors/osproc"
 	"os"
 	"sync"
 
 	"go.uber.org/zap"
 
-	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/contain"
 	"github.com/runtimed/runtimed/actors/sandbox"
 )
@@ -29,7 +29,7 @@ const (
 // probed once at construction; release frees them after the supervisor
 // has stopped.
 type isolation struct {
-	actors.Isolation
+	osproc.Isolation
 	once sync.Once
 }
 

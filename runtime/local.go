@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"os"
 	"sort"
 	"strconv"
@@ -178,14 +179,14 @@ func actorSpec(spec Spec) (actors.Spec, error) {
 	if err != nil {
 		return actors.Spec{}, invalid("Spec.Dir", "%v", err)
 	}
-	var ep *actors.EnvPolicy
+	var ep *osproc.EnvPolicy
 	if p := spec.envPolicy(); p != nil {
-		ep = &actors.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
+		ep = &osproc.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
 	}
 	return actors.Spec{
 		Argv: spec.Argv, Arg0: spec.Arg0, Dir: dir, TTY: spec.TTY, PipeStdin: spec.PipeStdin,
 		Rows: spec.Size.Rows, Cols: spec.Size.Cols,
-		Env:      actors.BuildEnv(actors.ServerEnv(), ep, spec.Env),
+		Env:      osproc.BuildEnv(osproc.ServerEnv(), ep, spec.Env),
 		Metadata: actorMetadata(spec.Metadata),
 	}, nil
 }
@@ -272,7 +273,7 @@ func (p *localProcess) CloseStdin(ctx context.Context) error {
 
 func (p *localProcess) Resize(ctx context.Context, rows, cols uint16) error {
 	err := p.ref.Resize(ctx, rows, cols)
-	if errors.Is(err, actors.ErrNotPTY) {
+	if errors.Is(err, osproc.ErrNotPTY) {
 		return ErrNotPTY
 	}
 	return p.actorErr(err)
