@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/runtimed/runtimed/actors/osproc"
 	"io"
 	"os"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/actors/sandbox"
 )
 

@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"fmt"
-	"github.com/runtimed/runtimed/actors/osproc"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 func alive(pid int) bool {

@@ -2,10 +2,11 @@ package actors
 
 import (
 	"fmt"
-	"github.com/runtimed/runtimed/actors/osproc"
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // The model of the process actor's lifecycle that TestProcessStateMachine

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"github.com/runtimed/runtimed/actors/osproc"
 	"os"
 	"slices"
 	"sync"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // clockSession is a Session whose output is a real pipe (so a held write

@@ -3,7 +3,6 @@ package actors
 import (
 	"context"
 	"errors"
-	"github.com/runtimed/runtimed/actors/osproc"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 func newRetentionSupervisor(t *testing.T, retention time.Duration) *Supervisor {

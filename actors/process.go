@@ -2,12 +2,13 @@ package actors
 
 import (
 	"context"
-	"github.com/runtimed/runtimed/actors/osproc"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // Mailbox and queue capacities of the process actor (see doc.go, Backpressure).

@@ -3,9 +3,10 @@ package actors
 import (
 	"errors"
 	"fmt"
-	"github.com/runtimed/runtimed/actors/osproc"
 	"os"
 	"syscall"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // The process actor's helper goroutines: one reader per output stream, the

@@ -1,9 +1,10 @@
 package actors
 
 import (
-	"github.com/runtimed/runtimed/actors/osproc"
 	"syscall"
 	"time"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // Requests into the process actor: the closed message set its mailbox

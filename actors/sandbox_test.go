@@ -2,7 +2,6 @@ package actors
 
 import (
 	"fmt"
-	"github.com/runtimed/runtimed/actors/osproc"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/actors/sandbox"
 )
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/runtimed/runtimed/actors/osproc"
 	"io"
 	"os"
 	"slices"
@@ -17,6 +16,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // stepWait bounds every wait for the actor to absorb a step.

@@ -1,13 +1,13 @@
 package runtime
 
 import (
-	"github.com/runtimed/runtimed/actors/osproc"
 	"os"
 	"sync"
 
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
