@@ -262,7 +262,7 @@ func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (
 		return refuse(CheckCap, "", wire.ErrProcessLimit(max))
 	}
 	spec := Spec{Argv: req.Argv, Arg0: req.Arg0, Dir: dir, TTY: req.TTY, PipeStdin: req.PipeStdin,
-		Rows: req.Rows, Cols: req.Cols, Timeout: req.Timeout, Limits: req.Limits, Metadata: req.Metadata}
+		Rows: req.Rows, Cols: req.Cols, Limits: req.Limits}
 	spec.Env = osproc.BuildEnv(osproc.ServerEnv(), req.EnvPolicy, req.Env)
 	if len(req.Unset) > 0 {
 		spec.Env = slices.DeleteFunc(spec.Env, func(kv string) bool {
@@ -303,7 +303,7 @@ func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (
 	if req.Listen > 0 {
 		live = make(chan Event, req.Listen)
 	}
-	ref, check, err := s.spawnCharged(ctx, id, spec, req.Subscriber, live, active)
+	ref, check, err := s.spawnCharged(ctx, id, spec, keep{timeout: req.Timeout, metadata: req.Metadata}, req.Subscriber, live, active)
 	if err != nil {
 		return refuse(check, "", err)
 	}

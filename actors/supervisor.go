@@ -130,14 +130,14 @@ func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, 
 // *BudgetError; a spawn that fails for lack of descriptors anyway is one
 // too (the open-files limit of the process).
 func (s *Supervisor) SpawnCharged(id string, spec Spec, sub *Subscriber, ownerActive int) (*ProcessRef, error) {
-	ref, _, err := s.spawnCharged(context.Background(), id, spec, sub, nil, ownerActive)
+	ref, _, err := s.spawnCharged(context.Background(), id, spec, keep{}, sub, nil, ownerActive)
 	return ref, err
 }
 
 // spawnCharged is steps 11 and 12 of Start: the charge, the spawn, the
 // actor. A failure names the step (CheckBudget: refused, or stopping;
 // CheckSpawn: the child did not start).
-func (s *Supervisor) spawnCharged(ctx context.Context, id string, spec Spec, sub *Subscriber, live chan Event, ownerActive int) (*ProcessRef, Check, error) {
+func (s *Supervisor) spawnCharged(ctx context.Context, id string, spec Spec, k keep, sub *Subscriber, live chan Event, ownerActive int) (*ProcessRef, Check, error) {
 	if s.stopped() {
 		return nil, CheckBudget, ErrStopped
 	}
@@ -152,7 +152,7 @@ func (s *Supervisor) spawnCharged(ctx context.Context, id string, spec Spec, sub
 	if berr != nil {
 		return nil, CheckBudget, berr
 	}
-	sess, err := s.startOS(&spec)
+	sess, err := s.startOS(spec)
 	if err != nil {
 		s.release(c)
 		if fdExhausted(err) {
@@ -160,7 +160,7 @@ func (s *Supervisor) spawnCharged(ctx context.Context, id string, spec Spec, sub
 		}
 		return nil, CheckSpawn, err
 	}
-	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, spec.Metadata, live)
+	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, k, live)
 	if ref == nil {
 		s.release(c)
 		s.metrics.ProcessExited(EndTerminated)
@@ -173,9 +173,9 @@ func (s *Supervisor) spawnCharged(ctx context.Context, id string, spec Spec, sub
 
 // startOS starts the child and measures it: a started process is counted
 // (its actor reports the exit), a failed start too.
-func (s *Supervisor) startOS(spec *Spec) (osproc.Session, error) {
+func (s *Supervisor) startOS(spec Spec) (osproc.Session, error) {
 	t0 := time.Now()
-	sess, err := osproc.Start(spec.os(), s.cfg.Isolation)
+	sess, err := osproc.Start(spec, s.cfg.Isolation)
 	if err != nil {
 		s.metrics.SpawnFailed()
 		return nil, err
@@ -199,7 +199,7 @@ func (s *Supervisor) noDescriptors(err error) *BudgetError {
 // (tests pass a fake one). It returns nil once the supervisor has stopped.
 func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess osproc.Session, sub *Subscriber) *ProcessRef {
 	s.metrics.ProcessStarted(0)
-	ref := s.spawn(id, argv, tty, sess, sub, 0, nil, nil)
+	ref := s.spawn(id, argv, tty, sess, sub, keep{}, nil)
 	if ref == nil {
 		s.metrics.ProcessExited(EndTerminated)
 	}
@@ -207,15 +207,15 @@ func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess ospro
 }
 
 // spawn starts the actor around sess; nil when the supervisor has stopped.
-func (s *Supervisor) spawn(id string, argv []string, tty bool, sess osproc.Session, sub *Subscriber, timeout time.Duration, meta *Metadata, listener chan Event) *ProcessRef {
+func (s *Supervisor) spawn(id string, argv []string, tty bool, sess osproc.Session, sub *Subscriber, k keep, listener chan Event) *ProcessRef {
 	log := s.log.Named("proc").WithLazy(zap.String("process_id", id), zap.Int("pid", sess.Pid())) // fields encoded only if it logs
 	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
-	ref.meta = meta // immutable from here: set before any goroutine sees ref
+	ref.meta = k.metadata // immutable from here: set before any goroutine sees ref
 	if listener != nil {
 		p.listeners = append(p.listeners, listener) // before run starts: its goroutine owns it from then on
 	}
-	if timeout > 0 {
-		p.timeoutAt = p.clock.Now().Add(timeout)
+	if k.timeout > 0 {
+		p.timeoutAt = p.clock.Now().Add(k.timeout)
 	}
 	s.startMu.Lock()
 	if s.stopped() {

@@ -123,7 +123,7 @@ func TestImportLayering(t *testing.T) {
 // no project package but the ones osMechanismUses names.
 var osMechanism = map[string]bool{
 	"actors/sandbox": true, "actors/contain": true, "actors/hostenv": true, "actors/httpreq": true,
-	"actors/osproc": true, "actors/osproc/osproctest": true,
+	"actors/osproc": true, "actors/osproc/osproctest": true, "actors/clock": true, "actors/clock/clocktest": true,
 }
 
 // osMechanismUses are the OS mechanism packages built on others: osproc
@@ -132,6 +132,7 @@ var osMechanism = map[string]bool{
 var osMechanismUses = map[string]map[string]bool{
 	"actors/osproc":            {"actors/contain": true, "actors/sandbox": true},
 	"actors/osproc/osproctest": {"actors/osproc": true},
+	"actors/clock/clocktest":   {"actors/clock": true},
 }
 
 // checkImport returns why importing imp from a package of layer from is
@@ -153,9 +154,9 @@ func checkImport(path, from string, fromRank int, imp string, test bool) string 
 		return "nothing may import cmd/..."
 	case to == "proptest":
 		return "nothing may import proptest"
-	case strings.HasPrefix(imp, modulePath+"/actors/osproc/osproctest"):
-		if !test && !strings.HasPrefix(path, modulePath+"/actors/osproc/osproctest") {
-			return "actors/osproc/osproctest is a test helper: import it only from _test files"
+	case strings.HasSuffix(imp, "test") && strings.HasPrefix(imp, modulePath+"/actors/"):
+		if !test && path != imp {
+			return strings.TrimPrefix(imp, modulePath+"/") + " is a test helper: import it only from _test files"
 		}
 		return ""
 	case strings.HasPrefix(imp, modulePath+"/wire/wiretest"):
@@ -219,6 +220,9 @@ func TestImportLayeringRules(t *testing.T) {
 		{m("actors/osproc"), m("actors/policy"), false, false},
 		{m("actors"), m("actors/osproc/osproctest"), true, true},
 		{m("actors"), m("actors/osproc/osproctest"), false, false},
+		{m("runtime"), m("actors/clock/clocktest"), true, true},
+		{m("runtime"), m("actors/clock/clocktest"), false, false},
+		{m("actors/clock"), m("actors"), false, false},
 	}
 	for _, c := range cases {
 		from, rank, ok := layer(c.from)
