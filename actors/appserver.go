@@ -115,7 +115,7 @@ func (c *conn) spawnApp(msg wire.Message) {
 		cap:         capBytes,
 	}
 	req.Subscriber = &Subscriber{Out: a.events, Done: c.ctx.Done()}
-	res, err := c.sup.Start(c.ctx, appOwner{c}, req)
+	res, err := c.sup.Start(context.Background(), appOwner{c}, req)
 	if err != nil {
 		c.reply(msg.ID, nil, startWireError(err))
 		return

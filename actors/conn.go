@@ -461,7 +461,7 @@ func (c *conn) start(msg wire.Message) {
 	}
 	sub := c.subscriber()
 	req.Subscriber = &sub
-	res, err := c.sup.Start(c.ctx, sessionOwner{c}, req)
+	res, err := c.sup.Start(context.Background(), sessionOwner{c}, req) // as before: a start is not cut short by the connection's end
 	if err != nil {
 		c.reply(msg.ID, nil, startWireError(err))
 		return
