@@ -67,26 +67,26 @@ func answer(err error) admitted {
 	return admitted{code: -1, message: err.Error()}
 }
 
-func processStart(c *wire.Client) func(t *testing.T, r badStart) admitted {
+// wireStart starts through method, naming its fields as the dialect
+// does: process/start (processId, argv), process/spawn (processHandle,
+// command).
+func wireStart(c *wire.Client, method, idField, argvField string) func(t *testing.T, r badStart) admitted {
 	return func(t *testing.T, r badStart) admitted {
 		argv := r.argv
 		if argv == nil {
 			argv = []string{}
 		}
-		_, err := c.Call(ctxT(t), wire.MethodProcessStart, map[string]any{"processId": r.id, "argv": argv, "cwd": r.cwd, "env": r.env})
+		_, err := c.Call(ctxT(t), method, map[string]any{idField: r.id, argvField: argv, "cwd": r.cwd, "env": r.env})
 		return answer(err)
 	}
 }
 
+func processStart(c *wire.Client) func(t *testing.T, r badStart) admitted {
+	return wireStart(c, wire.MethodProcessStart, "processId", "argv")
+}
+
 func processSpawn(c *wire.Client) func(t *testing.T, r badStart) admitted {
-	return func(t *testing.T, r badStart) admitted {
-		argv := r.argv
-		if argv == nil {
-			argv = []string{}
-		}
-		_, err := c.Call(ctxT(t), wire.MethodProcessSpawn, map[string]any{"processHandle": r.id, "command": argv, "cwd": r.cwd, "env": r.env})
-		return answer(err)
-	}
+	return wireStart(c, wire.MethodProcessSpawn, "processHandle", "command")
 }
 
 func localStart(l *Local) func(t *testing.T, r badStart) admitted {
