@@ -66,10 +66,10 @@ type StartRequest struct {
 	// Metadata is kept with the process (process/list).
 	Metadata *Metadata
 
-	// Delivery, not checked: Subscriber, if set, receives live events
-	// from seq 1; Listen > 0 registers a lag-mode listener of that
+	// Delivery, not checked: Subscriber, if its Out is set, receives live
+	// events from seq 1; Listen > 0 registers a lag-mode listener of that
 	// capacity (StartResult.Live) before the child can produce anything.
-	Subscriber *Subscriber
+	Subscriber Subscriber
 	Listen     int
 }
 
@@ -174,6 +174,9 @@ func (e *StartError) Unwrap() error { return e.Err }
 // error's text, and, for a child that could not be started, the stage and
 // errno in the error's data (wire.SpawnFailure).
 func (e *StartError) Wire() *wire.Error {
+	if we, ok := e.Err.(*wire.Error); ok { // a rule's refusal: no errors.As, no allocation
+		return we
+	}
 	var we *wire.Error
 	if errors.As(e.Err, &we) {
 		return we
@@ -303,7 +306,12 @@ func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (
 	if req.Listen > 0 {
 		live = make(chan Event, req.Listen)
 	}
-	ref, check, err := s.spawnCharged(ctx, id, spec, keep{timeout: req.Timeout, metadata: req.Metadata}, req.Subscriber, live, active)
+	var sub *Subscriber
+	if req.Subscriber.Out != nil {
+		s := req.Subscriber
+		sub = &s
+	}
+	ref, check, err := s.spawnCharged(ctx, id, spec, keep{timeout: req.Timeout, metadata: req.Metadata}, sub, live, active)
 	if err != nil {
 		return refuse(check, "", err)
 	}

@@ -114,7 +114,7 @@ func (c *conn) spawnApp(msg wire.Message) {
 		streaming:   p.StreamStdoutStderr,
 		cap:         capBytes,
 	}
-	req.Subscriber = &Subscriber{Out: a.events, Done: c.ctx.Done()}
+	req.Subscriber = Subscriber{Out: a.events, Done: c.ctx.Done()}
 	res, err := c.sup.Start(context.Background(), appOwner{c}, req)
 	if err != nil {
 		c.reply(msg.ID, nil, startWireError(err))

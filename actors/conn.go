@@ -459,8 +459,7 @@ func (c *conn) start(msg wire.Message) {
 	if e := p.EnvPolicy; e != nil {
 		req.EnvPolicy = &osproc.EnvPolicy{Inherit: e.Inherit, IgnoreDefaultExcludes: e.IgnoreDefaultExcludes, Exclude: e.Exclude, Set: e.Set, IncludeOnly: e.IncludeOnly}
 	}
-	sub := c.subscriber()
-	req.Subscriber = &sub
+	req.Subscriber = c.subscriber()
 	res, err := c.sup.Start(context.Background(), sessionOwner{c}, req) // as before: a start is not cut short by the connection's end
 	if err != nil {
 		c.reply(msg.ID, nil, startWireError(err))
@@ -471,8 +470,7 @@ func (c *conn) start(msg wire.Message) {
 
 // startWireError is the answer to a start Supervisor.Start refused.
 func startWireError(err error) *wire.Error {
-	var se *StartError
-	if errors.As(err, &se) {
+	if se, ok := err.(*StartError); ok { // what Start returns
 		return se.Wire()
 	}
 	return wire.AsError(err)
