@@ -324,18 +324,29 @@ func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (
 	return res, nil
 }
 
-// cwdError words NativePath's refusal of a process's cwd.
+// cwdError words NativePath's refusal of a cwd (as given: a URI's path
+// when it is the relative part).
 func cwdError(cwd string, err error) *wire.Error {
 	var pe *policy.PathError
-	if errors.As(err, &pe) {
-		switch pe.Kind {
-		case policy.PathBadURI:
-			return wire.ErrCwdURI(cwd)
-		case policy.PathForeignHost:
-			return wire.ErrCwdForeignHost(pe.Host, cwd)
-		}
+	if !errors.As(err, &pe) {
+		return wire.ErrCwdRelative(cwd)
 	}
-	return wire.ErrCwdRelative(cwd)
+	switch pe.Kind {
+	case policy.PathBadURI:
+		return wire.ErrCwdURI(pe.Path)
+	case policy.PathForeignHost:
+		return wire.ErrCwdForeignHost(pe.Host, pe.Path)
+	}
+	return wire.ErrCwdRelative(pe.Path)
+}
+
+// pathPredicate words NativePath's refusal after a field's name.
+func pathPredicate(err error) string {
+	var pe *policy.PathError
+	if errors.As(err, &pe) {
+		return pe.Predicate()
+	}
+	return err.Error()
 }
 
 // checkStartEnv is step 5: the field at fault and its refusal, or nil.

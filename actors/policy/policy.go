@@ -219,6 +219,20 @@ func (e *PathError) Error() string {
 	return fmt.Sprintf("path must be absolute: %s", e.Path)
 }
 
+// Predicate words the refusal after the name of the field that held the
+// path: "must be absolute: {path}", "is not a valid file URI: {path}",
+// "is a file URI with a foreign host \"{host}\": {path}" (PROTOCOL.md's
+// cwd errors: "cwd " + Predicate).
+func (e *PathError) Predicate() string {
+	switch e.Kind {
+	case PathBadURI:
+		return fmt.Sprintf("is not a valid file URI: %s", e.Path)
+	case PathForeignHost:
+		return fmt.Sprintf("is a file URI with a foreign host %q: %s", e.Host, e.Path)
+	}
+	return fmt.Sprintf("must be absolute: %s", e.Path)
+}
+
 func envValue(env []string, key string) string {
 	for i := len(env) - 1; i >= 0; i-- {
 		if v, ok := strings.CutPrefix(env[i], key+"="); ok {
