@@ -147,8 +147,9 @@ func (c Check) String() string {
 
 // StartError is why Start did not start a process: the step that refused
 // it, the request field at fault (as the protocol names it; "" when none
-// is), and the cause. The cause is the *wire.Error of a rule's refusal, or
-// what the spawn returned: a *BudgetError, ErrStopped, an
+// is), and the cause. The cause is the *wire.Error of a rule's refusal,
+// sandbox.Host.Check's error (CheckHost), or what the spawn returned: a
+// *BudgetError, ErrStopped, an
 // *osproc.SpawnError (matching exec.ErrNotFound, fs.ErrNotExist,
 // fs.ErrPermission through errors.Is), an error wrapping
 // sandbox.ErrUnavailable or contain.ErrLimitUnavailable.
@@ -170,9 +171,10 @@ func (e *StartError) Unwrap() error { return e.Err }
 // Wire is the JSON-RPC error a start's failure is answered with; every
 // front end (and Local) maps through it. A rule's refusal is its own
 // *wire.Error; a budget's -32011; what the host cannot enforce for this
-// request (a sandbox, a limit) -32602; everything else -32603 with the
-// error's text, and, for a child that could not be started, the stage and
-// errno in the error's data (wire.SpawnFailure).
+// request (the host check's refusal of a sandbox, a limit or sandbox the
+// spawn found unavailable) -32602 with the error's text; everything else
+// -32603 with the error's text, and, for a child that could not be
+// started, the stage and errno in the error's data (wire.SpawnFailure).
 func (e *StartError) Wire() *wire.Error {
 	if we, ok := e.Err.(*wire.Error); ok { // a rule's refusal: no errors.As, no allocation
 		return we
@@ -185,7 +187,7 @@ func (e *StartError) Wire() *wire.Error {
 	if errors.As(e.Err, &be) {
 		return be.Wire()
 	}
-	if errors.Is(e.Err, sandbox.ErrUnavailable) || errors.Is(e.Err, contain.ErrLimitUnavailable) || errors.Is(e.Err, sandbox.ErrUnsupported) {
+	if e.Check == CheckHost || errors.Is(e.Err, sandbox.ErrUnavailable) || errors.Is(e.Err, contain.ErrLimitUnavailable) || errors.Is(e.Err, sandbox.ErrUnsupported) {
 		return wire.Errorf(wire.CodeInvalidParams, "%s", e.Err.Error())
 	}
 	out := wire.Errorf(wire.CodeInternal, "%s", e.Err.Error())
@@ -289,7 +291,7 @@ func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (
 		}
 		if p != nil {
 			if err := s.cfg.Isolation.Host.Check(p); err != nil {
-				return refuse(CheckHost, "sandbox", wire.Errorf(wire.CodeInvalidParams, "%s", err.Error()))
+				return refuse(CheckHost, "sandbox", err)
 			}
 		}
 		spec.Sandbox = p
@@ -308,8 +310,8 @@ func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (
 	}
 	var sub *Subscriber
 	if req.Subscriber.Out != nil {
-		s := req.Subscriber
-		sub = &s
+		cp := req.Subscriber // on the heap only for a start that gets this far
+		sub = &cp
 	}
 	ref, check, err := s.spawnCharged(ctx, id, spec, keep{timeout: req.Timeout, metadata: req.Metadata}, sub, live, active)
 	if err != nil {

@@ -108,6 +108,11 @@ func TestStartErrorWire(t *testing.T) {
 		{spawnErr, wire.CodeInternal, "failed to spawn x: no such file or directory", &wire.SpawnFailure{Op: "lookup", Errno: "ENOENT"}},
 		{ErrStopped, wire.CodeInternal, ErrStopped.Error(), nil},
 	}
+	// The host check's refusal is -32602 whatever the error (a plan's stat
+	// error too), with its text.
+	if w := (&StartError{Check: CheckHost, Err: errors.New("sandbox path /x: stat /x: no such file")}).Wire(); w.Code != wire.CodeInvalidParams || w.Message != "sandbox path /x: stat /x: no such file" {
+		t.Errorf("host check: %d %q", w.Code, w.Message)
+	}
 	for _, c := range cases {
 		w := (&StartError{Check: CheckSpawn, Err: c.err}).Wire()
 		if w.Code != c.code || (c.msg != "" && w.Message != c.msg) {
