@@ -2,7 +2,9 @@ package main_test
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -79,5 +81,34 @@ func TestSandboxAttacksThroughTheDaemon(t *testing.T) {
 			out := string(mustCollect(t, c, req.ProcessID).Output())
 			sc.Check(t, out, mode)
 		})
+	}
+}
+
+// TestSandboxLevelFlags: --sandbox-level landlock is the operator's
+// choice, said in the capabilities and the start-up log; a bad value of
+// either flag is refused before serving.
+func TestSandboxLevelFlags(t *testing.T) {
+	srv := wiretest.StartWS(t, bin, "--sandbox-level", "landlock", "--sandbox-pid-namespace", "inherit")
+	c := dial(t, srv.URL, nil)
+	if _, err := c.Initialize(tctx(t, wait)); err != nil {
+		t.Fatal(err)
+	}
+	info, err := call(tctx(t, wait), c, "environment/info", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env struct{ Capabilities map[string]bool }
+	if json.Unmarshal(info, &env) != nil || env.Capabilities["runtimedSandboxNamespaces"] {
+		t.Errorf("--sandbox-level landlock: capabilities %s", info)
+	}
+	if env.Capabilities["runtimedSandbox"] && !strings.Contains(srv.Stderr(), `"level": "landlock"`) {
+		t.Errorf("the start-up log does not name the landlock level:\n%s", srv.Stderr())
+	}
+	for _, args := range [][]string{{"--sandbox-level", "bwrap"}, {"--sandbox-pid-namespace", "share"}} {
+		out, err := exec.Command(bin, append([]string{"serve"}, args...)...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), args[1]) {
+			t.Errorf("serve %v: %v, %s; want exit 2 naming the value", args, err, out)
+		}
 	}
 }
