@@ -112,3 +112,59 @@ func TestSandboxLevelFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxFailsClosedWithoutNamespaces: a daemon without CAP_SYS_ADMIN
+// (setpriv drops it from the bounding set, as a pod without it would
+// have) cannot make the namespaces: a sandboxed start is refused with
+// -32602 naming what is missing, how to check, and the operator's way
+// out; with --sandbox-level landlock the same start runs (Landlock and
+// seccomp only), and the capabilities say so.
+func TestSandboxFailsClosedWithoutNamespaces(t *testing.T) {
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and setpriv(1) to start a daemon without CAP_SYS_ADMIN")
+	}
+	ws := t.TempDir()
+	for _, level := range []string{"namespaces", "landlock"} {
+		t.Run(level, func(t *testing.T) {
+			srv := wiretest.StartEnv(t, setpriv, nil, "--bounding-set", "-sys_admin", "--", bin, "serve", "--listen", "ws://127.0.0.1:0", "--sandbox-level", level)
+			line, err := srv.FirstLine(tctx(t, wait))
+			if err != nil {
+				t.Fatalf("no URL: %v\n%s", err, srv.Stderr())
+			}
+			c := dial(t, strings.TrimSpace(line), nil)
+			if _, err := c.Initialize(tctx(t, wait)); err != nil {
+				t.Fatal(err)
+			}
+			ctx := tctx(t, wait)
+			info, err := call(ctx, c, "environment/info", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var env struct{ Capabilities map[string]bool }
+			_ = json.Unmarshal(info, &env)
+			req := startReq{StartParams: wiretest.StartParams{ProcessID: "ro", Argv: []string{"/usr/bin/bash", "-c", "echo ran"},
+				Cwd: "file://" + ws, Env: baseEnv()}, Sandbox: codexReadOnly(ws)}
+			_, err = call(ctx, c, "process/start", req)
+			if level == "namespaces" {
+				if env.Capabilities["runtimedSandbox"] || env.Capabilities["runtimedSandboxNamespaces"] {
+					t.Errorf("capabilities claim a sandbox this daemon cannot make: %s", info)
+				}
+				wantRPCErrorContains(t, "sandboxed start without namespaces", err, -32602, "CAP_SYS_ADMIN", "unshare --mount", "--sandbox-level landlock")
+				if !strings.Contains(srv.Stderr(), "UNAVAILABLE") {
+					t.Errorf("the start-up log does not say the level is unavailable:\n%s", srv.Stderr())
+				}
+				return
+			}
+			if !env.Capabilities["runtimedSandbox"] || env.Capabilities["runtimedSandboxNamespaces"] {
+				t.Errorf("--sandbox-level landlock without CAP_SYS_ADMIN: capabilities %s", info)
+			}
+			if err != nil {
+				t.Fatalf("start at the landlock level: %v", err)
+			}
+			if out := string(mustCollect(t, c, "ro").Output()); !strings.Contains(out, "ran") {
+				t.Errorf("output %q", out)
+			}
+		})
+	}
+}
