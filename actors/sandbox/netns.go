@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"sync"
 
@@ -41,21 +40,20 @@ func NewNetNS() (*NetNS, error) {
 	return n, err
 }
 
-// Listen opens a listener inside the namespace (net.Listen on a throwaway
-// thread that entered it); the listener works from any goroutine after.
-func (n *NetNS) Listen(network, address string) (net.Listener, error) {
-	var (
-		ln  net.Listener
-		err error
-	)
+// Do runs fn on a throwaway thread that entered the namespace: a socket
+// fn opens (net.Listen) is the namespace's and works from any goroutine
+// after. (Not Listen itself: this package stays free of package net,
+// whose initialisation every helper start would pay.)
+func (n *NetNS) Do(fn func() error) error {
+	var err error
 	onThrowawayThread(func() {
 		if err = unix.Setns(int(n.f.Fd()), unix.CLONE_NEWNET); err != nil {
 			err = fmt.Errorf("sandbox: setns: %w", err)
 			return
 		}
-		ln, err = net.Listen(network, address)
+		err = fn()
 	})
-	return ln, err
+	return err
 }
 
 // Close drops this handle on the namespace.

@@ -218,8 +218,8 @@ func TestNamespaceCallersNetNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	ln, err := n.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	var ln net.Listener
+	if err := n.Do(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:0"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
