@@ -12,7 +12,7 @@ import (
 func TestDecideEnded(t *testing.T) {
 	base := func(policy RestartPolicy) Service {
 		svc, err := Service{Name: "s", Spec: Spec{Argv: []string{"true"}, Dir: "/"}, Restart: policy,
-			Backoff: Backoff{Initial: time.Second, Max: 8 * time.Second, Jitter: 0.5, ResetAfter: 10 * time.Second},
+			Backoff:     Backoff{Initial: time.Second, Max: 8 * time.Second, Jitter: 0.5, ResetAfter: 10 * time.Second},
 			MaxRestarts: 3, Window: time.Minute}.withDefaults()
 		if err != nil {
 			t.Fatal(err)
