@@ -262,24 +262,16 @@ func (s *Supervisor) Start(ctx context.Context) error {
 
 // Stop stops every service in reverse order (each: SIGTERM, SIGKILL after
 // its StopGrace) and returns once all have ended; ctx bounds the wait.
+// Stop after the supervisor stopped returns nil.
 func (s *Supervisor) Stop(ctx context.Context) error {
 	if !s.started.Load() {
 		return nil
 	}
-	reply := make(chan error, 1)
-	select {
-	case s.mbox <- stopMsg{ctx: ctx, reply: reply}:
-	case <-s.done:
+	err, aerr := ask(s, ctx, func(reply chan error) supMsg { return stopMsg{ctx: ctx, reply: reply} })
+	if errors.Is(aerr, ErrSupervisorStopped) {
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
-	select {
-	case err := <-reply:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return cmp.Or(aerr, err)
 }
 
 // Status returns every service's state, restarts and last exit, in order.
@@ -287,58 +279,73 @@ func (s *Supervisor) Status(ctx context.Context) ([]ServiceStatus, error) {
 	if !s.started.Load() {
 		return nil, errors.New("runtime: supervisor not started")
 	}
-	reply := make(chan []ServiceStatus, 1)
-	select {
-	case s.mbox <- statusMsg{reply: reply}:
-	case <-s.done:
-		return nil, ErrSupervisorStopped
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	select {
-	case out := <-reply:
-		return out, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return ask(s, ctx, func(reply chan []ServiceStatus) supMsg { return statusMsg{reply: reply} })
 }
 
 // Subscribe returns a channel of state changes (capacity buf, at least 1)
 // and a cancel func. Subscribing before Start (from the goroutine that
-// calls Add and Start) sees every event from the first. A subscriber that does not keep up loses events, and
-// the next event it gets says how many (Dropped); Status always has the
-// current state. The channel is closed by cancel or when the supervisor
-// stops.
+// calls Add and Start) sees every event from the first. A subscriber that
+// does not keep up loses events, and the next event it gets says how many
+// (Dropped); Status always has the current state. The channel is closed
+// by cancel or when the supervisor stops.
 func (s *Supervisor) Subscribe(ctx context.Context, buf int) (<-chan ServiceEvent, func(), error) {
 	ch := make(chan ServiceEvent, max(buf, 1))
-	unsub := s.unsubscriber(ch)
 	if !s.started.Load() {
 		// Before Start (same goroutine as Add): sees every event from the first.
 		s.presubs = append(s.presubs, ch)
-		return ch, unsub, nil
+		return ch, s.unsubscriber(ch), nil
 	}
-	reply := make(chan func(), 1)
-	select {
-	case s.mbox <- subMsg{ch: ch, reply: reply}:
-	case <-s.done:
-		return nil, nil, ErrSupervisorStopped
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
+	cancel, err := ask(s, ctx, func(reply chan func()) supMsg { return subMsg{ch: ch, reply: reply} })
+	if err != nil {
+		return nil, nil, err
 	}
-	select {
-	case cancel := <-reply:
-		return ch, cancel, nil
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
-	}
+	return ch, cancel, nil
 }
 
 // Done is closed when the supervisor has stopped.
 func (s *Supervisor) Done() <-chan struct{} { return s.done }
 
+// ask sends the actor the request msg makes around a reply channel of
+// capacity 1 and waits for the answer, bounded by ctx; once the actor has
+// stopped (unanswered) it is ErrSupervisorStopped.
+func ask[T any](s *Supervisor, ctx context.Context, msg func(reply chan T) supMsg) (T, error) {
+	var zero T
+	select {
+	case <-s.done: // the mailbox may still have room: do not queue to a stopped actor
+		return zero, ErrSupervisorStopped
+	default:
+	}
+	reply := make(chan T, 1)
+	select {
+	case s.mbox <- msg(reply):
+	case <-s.done:
+		return zero, ErrSupervisorStopped
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-s.done:
+		select {
+		case r := <-reply: // answered just before it stopped (Stop's own answer)
+			return r, nil
+		default:
+			return zero, ErrSupervisorStopped
+		}
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
 // unsubscriber is the cancel func of the subscription ch.
 func (s *Supervisor) unsubscriber(ch chan ServiceEvent) func() {
 	return func() {
+		select {
+		case <-s.done:
+			return
+		default:
+		}
 		select {
 		case s.mbox <- unsubMsg{ch: ch}:
 		case <-s.done:
