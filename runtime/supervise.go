@@ -310,11 +310,6 @@ func (s *Supervisor) Done() <-chan struct{} { return s.done }
 // stopped (unanswered) it is ErrSupervisorStopped.
 func ask[T any](s *Supervisor, ctx context.Context, msg func(reply chan T) supMsg) (T, error) {
 	var zero T
-	select {
-	case <-s.done: // the mailbox may still have room: do not queue to a stopped actor
-		return zero, ErrSupervisorStopped
-	default:
-	}
 	reply := make(chan T, 1)
 	select {
 	case s.mbox <- msg(reply):
@@ -326,7 +321,7 @@ func ask[T any](s *Supervisor, ctx context.Context, msg func(reply chan T) supMs
 	select {
 	case r := <-reply:
 		return r, nil
-	case <-s.done:
+	case <-s.done: // stopped: the request may sit unread in the mailbox
 		select {
 		case r := <-reply: // answered just before it stopped (Stop's own answer)
 			return r, nil

@@ -269,8 +269,13 @@ func TestSupervisorLostDuringFirstStart(t *testing.T) {
 	go func() { started <- sup.Start(ctx) }()
 	b.next(t)
 	// a's start answered: b's start is sent and fails with the loss.
-	if err := <-started; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Start did not return")
 	}
 	st, err := sup.Status(ctx)
 	if err != nil || st[0].State != ServiceRunning || st[1].State != ServiceLost || st[2].State != ServiceLost ||
