@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -364,5 +365,68 @@ func TestSupervisorReconnectingClientServerRestarted(t *testing.T) {
 	noTimerAsked(t, clk, sup, ServiceRunning)
 	if err := sup.Stop(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSupervisorReconnectingClientBlip: a Client with Reconnect whose
+// connection drops while the server lives resumes its session: the
+// service is not lost, not restarted (no event at all), and the exit of
+// its process after the reconnect is reported as it really was.
+func TestSupervisorReconnectingClientBlip(t *testing.T) {
+	ws := startWSAt(t, "127.0.0.1:0")
+	conns := make(chan *cuttable, 4)
+	c, err := Dial(ctxT(t), ws.url, &ClientOptions{Reconnect: true, DialTransport: func(ctx context.Context) (wire.Transport, error) {
+		tr, err := wire.DialWebsocket(ctx, ws.url, nil, 0)
+		if err != nil {
+			return nil, err
+		}
+		ct := &cuttable{Transport: tr}
+		conns <- ct
+		return ct, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	first := <-conns
+	clk := newFakeClock()
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sup := NewSupervisor(c, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }})
+	if err := sup.Add(Service{Name: "web", Spec: sh(t, "read x < "+fifo+"; exit 3"), Backoff: Backoff{Initial: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	events, cancel, err := subscribeBeforeStart(t, sup, ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	defer func() { _ = sup.Stop(ctx) }()
+	nextServiceEvent(t, events, ServiceRunning)
+	first.cut()
+	select {
+	case <-conns: // the client dialed again
+	case <-time.After(20 * time.Second):
+		t.Fatal("the client did not reconnect")
+	}
+	if _, err := c.EnvironmentStatus(ctx); err != nil { // a round trip on the resumed session
+		t.Fatal(err)
+	}
+	st, err := sup.Status(ctx)
+	if err != nil || st[0].State != ServiceRunning || st[0].ProcessID != "web#1" {
+		t.Fatalf("after the blip: %+v %v", st, err)
+	}
+	select {
+	case ev := <-events:
+		t.Fatalf("an event for a blip the client recovered: %+v", ev.ServiceStatus)
+	default:
+	}
+	release(t, fifo)
+	ev := nextServiceEvent(t, events, ServiceBackoff)
+	if ev.LastExit == nil || ev.LastExit.Code != 3 || ev.LastError != nil || ev.Reason != ReasonExited {
+		t.Fatalf("the exit after the reconnect: %+v (LastExit %v)", ev.ServiceStatus, ev.LastExit)
 	}
 }
