@@ -87,16 +87,12 @@ func (p *scriptedProc) Terminate(ctx context.Context, grace time.Duration) (bool
 
 var errLink = fmt.Errorf("%w: read: connection reset by peer", ErrDisconnected)
 
-// startScripted starts a supervisor of services (restart always unless
-// set) on b, subscribed before Start; Stop at the end of the test.
-func startScripted(t *testing.T, b Backend, opts *SupervisorOptions, svcs ...Service) (*Supervisor, <-chan ServiceEvent) {
+// supervise starts a supervisor of svcs on b, subscribed before Start;
+// it is stopped at the end of the test (before b's own clean-up).
+func supervise(t *testing.T, b Backend, opts *SupervisorOptions, svcs ...Service) (*Supervisor, <-chan ServiceEvent) {
 	t.Helper()
 	sup := NewSupervisor(b, opts)
 	for _, svc := range svcs {
-		svc.Spec = Spec{Argv: []string{"x"}, Dir: "/"}
-		if svc.Restart == "" {
-			svc.Restart = RestartAlways
-		}
 		if err := sup.Add(svc); err != nil {
 			t.Fatal(err)
 		}
@@ -109,6 +105,19 @@ func startScripted(t *testing.T, b Backend, opts *SupervisorOptions, svcs ...Ser
 	t.Cleanup(cancel)
 	t.Cleanup(func() { _ = sup.Stop(ctx) })
 	return sup, events
+}
+
+// startScripted is supervise with a placeholder Spec and restart always
+// unless set.
+func startScripted(t *testing.T, b Backend, opts *SupervisorOptions, svcs ...Service) (*Supervisor, <-chan ServiceEvent) {
+	t.Helper()
+	for i := range svcs {
+		svcs[i].Spec = Spec{Argv: []string{"x"}, Dir: "/"}
+		if svcs[i].Restart == "" {
+			svcs[i].Restart = RestartAlways
+		}
+	}
+	return supervise(t, b, opts, svcs...)
 }
 
 // eventOf waits for service name's next event in state want.

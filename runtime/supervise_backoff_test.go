@@ -8,6 +8,16 @@ import (
 	"time"
 )
 
+// mkfifo makes a fifo in dir.
+func mkfifo(t *testing.T, dir string) string {
+	t.Helper()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return fifo
+}
+
 // release opens the fifo at path for writing (which waits for the
 // process to open it for reading: the handshake) and writes a line,
 // bounded.
@@ -49,28 +59,16 @@ func TestSupervisorBackoffResetsAfterHealthyRun(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b Backend) {
 		clk := newFakeClock()
 		dir := t.TempDir()
-		fifo := filepath.Join(dir, "fifo")
-		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		fifo := mkfifo(t, dir)
 		count := filepath.Join(dir, "count")
 		// Runs 1 and 2 fail at once; the later ones wait for the fifo, then fail.
 		spec := sh(t, `n=$(( $(cat `+count+` 2>/dev/null || echo 0) + 1 )); echo $n > `+count+`
 if [ $n -ge 3 ]; then read x < `+fifo+`; fi
 exit 1`)
-		sup := NewSupervisor(b, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }}) // no jitter
 		const resetAfter = time.Minute
-		if err := sup.Add(Service{Name: "flappy", Spec: spec, Restart: RestartOnFailure, MaxRestarts: -1,
-			Backoff: Backoff{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.1, ResetAfter: resetAfter}}); err != nil {
-			t.Fatal(err)
-		}
-		ctx := ctxT(t)
-		events, cancel, err := subscribeBeforeStart(t, sup, ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cancel()
-		defer func() { _ = sup.Stop(ctx) }()
+		_, events := supervise(t, b, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }}, // no jitter
+			Service{Name: "flappy", Spec: spec, Restart: RestartOnFailure, MaxRestarts: -1,
+				Backoff: Backoff{Initial: time.Second, Max: 30 * time.Second, Jitter: 0.1, ResetAfter: resetAfter}})
 		// The flapping: 1 s, then 2 s.
 		for _, want := range []time.Duration{time.Second, 2 * time.Second} {
 			if _, d := backoffAfter(t, events, clk); d != want {
@@ -115,28 +113,15 @@ func TestSupervisorFailedStartsAfterLongRunKeepBackingOff(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b Backend) {
 		clk := newFakeClock()
 		dir := t.TempDir()
-		fifo := filepath.Join(dir, "fifo")
-		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		fifo := mkfifo(t, dir)
 		work := filepath.Join(dir, "work")
 		if err := os.Mkdir(work, 0o700); err != nil {
 			t.Fatal(err)
 		}
 		spec := sh(t, "read x < "+fifo+"; exit 1")
 		spec.Dir = work
-		sup := NewSupervisor(b, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }})
-		if err := sup.Add(Service{Name: "gone", Spec: spec, MaxRestarts: -1,
-			Backoff: Backoff{Initial: time.Second, Max: 30 * time.Second, ResetAfter: 10 * time.Second}}); err != nil {
-			t.Fatal(err)
-		}
-		ctx := ctxT(t)
-		events, cancel, err := subscribeBeforeStart(t, sup, ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cancel()
-		defer func() { _ = sup.Stop(ctx) }()
+		_, events := supervise(t, b, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }},
+			Service{Name: "gone", Spec: spec, MaxRestarts: -1, Backoff: Backoff{Initial: time.Second, Max: 30 * time.Second, ResetAfter: 10 * time.Second}})
 		nextServiceEvent(t, events, ServiceRunning)
 		clk.Advance(time.Hour)
 		if err := os.Remove(work); err != nil {

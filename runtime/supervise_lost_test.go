@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -55,9 +54,12 @@ type stdioServer struct {
 	kill func() // the server goes away: its ends of the pipes close, then it closes
 }
 
-func newStdioServer(t *testing.T) *stdioServer {
+func newStdioServer(t *testing.T, cfg Config) *stdioServer {
 	t.Helper()
-	srv := NewServer(Config{Logger: zaptest.NewLogger(t)})
+	if cfg.Logger == nil {
+		cfg.Logger = zaptest.NewLogger(t)
+	}
+	srv := NewServer(cfg)
 	toServerR, toServerW, _ := os.Pipe()
 	toClientR, toClientW, _ := os.Pipe()
 	served := make(chan struct{})
@@ -76,7 +78,8 @@ func newStdioServer(t *testing.T) *stdioServer {
 		_ = srv.Close()
 	})
 	t.Cleanup(func() {
-		_ = c.Close()
+		_ = c.Close() // the server reads EOF and ends the session
+		<-served
 		kill()
 	})
 	return &stdioServer{c: c, kill: kill}
@@ -152,13 +155,13 @@ var lostCases = []lostCase{
 		}
 	}},
 	{name: "stdio", cause: ErrDisconnected, first: func(t *testing.T) (Backend, func(), func(), func(context.Context) (Backend, error)) {
-		s := newStdioServer(t)
+		s := newStdioServer(t, Config{})
 		var up atomic.Bool // the daemon at the other end of the pipes was started again
 		return s.c, s.kill, func() { up.Store(true) }, func(ctx context.Context) (Backend, error) {
 			if !up.Load() {
 				return nil, errors.New("runtimed --stdio: not started yet")
 			}
-			return newStdioServer(t).c, nil
+			return newStdioServer(t, Config{}).c, nil
 		}
 	}},
 	{name: "local", cause: ErrClosed, exitFirst: true, first: func(t *testing.T) (Backend, func(), func(), func(context.Context) (Backend, error)) {
@@ -188,29 +191,15 @@ func TestSupervisorLostBackend(t *testing.T) {
 			dir := t.TempDir()
 			pids := filepath.Join(dir, "pids")
 			redials := make(chan error, 16)
-			sup := NewSupervisor(first, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 },
+			svc := Service{Name: "web", Spec: sh(t, "echo $$ >> "+pids+"; exec sleep 600"), Restart: RestartAlways,
+				Backoff: Backoff{Initial: time.Second}, StopGrace: time.Second}
+			sup, events := supervise(t, first, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 },
 				Redial: func(ctx context.Context) (Backend, error) {
 					b, err := redial(ctx)
 					redials <- err
 					return b, err
-				}})
-			svc := Service{Name: "web", Spec: sh(t, "echo $$ >> "+pids+"; exec sleep 600"), Restart: RestartAlways,
-				Backoff: Backoff{Initial: time.Second}, StopGrace: time.Second}
-			if err := sup.Add(svc); err != nil {
-				t.Fatal(err)
-			}
+				}}, svc)
 			ctx := ctxT(t)
-			events, cancel, err := subscribeBeforeStart(t, sup, ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cancel()
-			stopped := false
-			defer func() {
-				if !stopped {
-					_ = sup.Stop(ctx)
-				}
-			}()
 			if ev := nextServiceEvent(t, events, ServiceRunning); ev.ProcessID != "web#1" {
 				t.Fatalf("first run %+v", ev.ServiceStatus)
 			}
@@ -274,7 +263,6 @@ func TestSupervisorLostBackend(t *testing.T) {
 			if n := first.starts.Load(); n != wantStarts {
 				t.Errorf("%d starts on the first backend, want %d", n, wantStarts)
 			}
-			stopped = true
 			if err := sup.Stop(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -296,18 +284,10 @@ func TestSupervisorLostBackendNoRedial(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer c.Close()
+			t.Cleanup(func() { _ = c.Close() })
 			clk := newFakeClock()
-			sup := NewSupervisor(c, &SupervisorOptions{Clock: clk})
-			if err := sup.Add(Service{Name: "web", Spec: sh(t, "exec sleep 600"), Restart: policy}); err != nil {
-				t.Fatal(err)
-			}
+			sup, events := supervise(t, c, &SupervisorOptions{Clock: clk}, Service{Name: "web", Spec: sh(t, "exec sleep 600"), Restart: policy})
 			ctx := ctxT(t)
-			events, cancel, err := subscribeBeforeStart(t, sup, ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cancel()
 			nextServiceEvent(t, events, ServiceRunning)
 			ws.stop()
 			ev := nextServiceEvent(t, events, ServiceLost)
@@ -337,20 +317,12 @@ func TestSupervisorReconnectingClientServerRestarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	clk := newFakeClock()
-	sup := NewSupervisor(c, &SupervisorOptions{Clock: clk, Redial: func(ctx context.Context) (Backend, error) {
+	sup, events := supervise(t, c, &SupervisorOptions{Clock: clk, Redial: func(ctx context.Context) (Backend, error) {
 		return Dial(ctx, url, &ClientOptions{Reconnect: true})
-	}})
-	if err := sup.Add(Service{Name: "web", Spec: sh(t, "exec sleep 600"), Restart: RestartOnFailure, StopGrace: time.Second}); err != nil {
-		t.Fatal(err)
-	}
+	}}, Service{Name: "web", Spec: sh(t, "exec sleep 600"), Restart: RestartOnFailure, StopGrace: time.Second})
 	ctx := ctxT(t)
-	events, cancel, err := subscribeBeforeStart(t, sup, ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cancel()
 	nextServiceEvent(t, events, ServiceRunning)
 	ws.stop()
 	startWSAt(t, addr)
@@ -387,24 +359,13 @@ func TestSupervisorReconnectingClientBlip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
 	first := <-conns
 	clk := newFakeClock()
-	fifo := filepath.Join(t.TempDir(), "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	sup := NewSupervisor(c, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }})
-	if err := sup.Add(Service{Name: "web", Spec: sh(t, "read x < "+fifo+"; exit 3"), Backoff: Backoff{Initial: time.Second}}); err != nil {
-		t.Fatal(err)
-	}
+	fifo := mkfifo(t, t.TempDir())
+	sup, events := supervise(t, c, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }},
+		Service{Name: "web", Spec: sh(t, "read x < "+fifo+"; exit 3"), Backoff: Backoff{Initial: time.Second}})
 	ctx := ctxT(t)
-	events, cancel, err := subscribeBeforeStart(t, sup, ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cancel()
-	defer func() { _ = sup.Stop(ctx) }()
 	nextServiceEvent(t, events, ServiceRunning)
 	first.cut()
 	select {
