@@ -8,6 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // The supervisor actor's decisions against a scripted Backend: the test
@@ -88,9 +93,21 @@ func (p *scriptedProc) Terminate(ctx context.Context, grace time.Duration) (bool
 var errLink = fmt.Errorf("%w: read: connection reset by peer", ErrDisconnected)
 
 // supervise starts a supervisor of svcs on b, subscribed before Start;
-// it is stopped at the end of the test (before b's own clean-up).
+// it is stopped at the end of the test (before b's own clean-up), and the
+// test fails if the supervisor refused an illegal state transition (the
+// actor logs such a bug and carries on).
 func supervise(t *testing.T, b Backend, opts *SupervisorOptions, svcs ...Service) (*Supervisor, <-chan ServiceEvent) {
 	t.Helper()
+	if opts == nil {
+		opts = &SupervisorOptions{}
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	opts.Logger = zap.New(zapcore.NewTee(core, zaptest.NewLogger(t).Core()))
+	t.Cleanup(func() {
+		for _, e := range logs.FilterMessageSnippet("illegal service state transition").All() {
+			t.Errorf("%s: %v", e.Message, e.ContextMap())
+		}
+	})
 	sup := NewSupervisor(b, opts)
 	for _, svc := range svcs {
 		if err := sup.Add(svc); err != nil {

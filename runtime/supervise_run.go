@@ -440,18 +440,27 @@ func (a *svcActor) stopped() bool {
 		case ServiceStarting, ServiceStopping:
 			return false // its start or its end is awaited
 		case ServiceRunning:
-			a.terminate(ss)
-			return false
+			if a.terminate(ss) {
+				return false
+			}
 		}
 	}
 	return !a.redialing
 }
 
-// terminate takes a service's process down for Stop.
-func (a *svcActor) terminate(ss *svcState) {
+// terminate takes a service's process down for Stop and reports whether
+// its end is to be awaited. A running service without a process exists
+// only after a refused transition (a bug, logged): it is stopped at once
+// rather than crash the actor.
+func (a *svcActor) terminate(ss *svcState) bool {
+	if ss.proc == nil {
+		a.setState(ss, ServiceStopped, ReasonStop)
+		return false
+	}
 	a.setState(ss, ServiceStopping, ReasonStop)
 	p, grace, ctx := ss.proc, ss.svc.StopGrace, a.stopping.ctx
 	go func() { _, _ = p.Terminate(ctx, grace) }()
+	return true
 }
 
 // finish ends the actor: subscribers' channels are closed, a backend the
