@@ -63,7 +63,7 @@ const (
 type svcState struct {
 	ServiceStatus
 	svc       Service
-	gen       int     // incarnation number (process NAME#gen); Restarts is gen-1 once started
+	gen       int     // incarnation number (process NAME#gen); Restarts is gen-1 once it started once
 	proc      Process // the running process, nil otherwise
 	delay     time.Duration
 	startedAt time.Time   // when proc started
@@ -73,7 +73,12 @@ type svcState struct {
 }
 
 // svcActor is the supervisor's state; every field is owned by the run
-// goroutine (Supervisor.run), which alone reads and writes it.
+// goroutine (Supervisor.run), which alone reads and writes it. Its
+// mailbox (Supervisor.mbox, 64) is bounded: the goroutines that report a
+// start, an end or a redial wait for room or for the actor's end;
+// callers (Stop, Status, Subscribe) also give up with their ctx. It never
+// waits on a subscriber (see publish). Starts, Waits, Terminates and
+// Redial run in goroutines of their own, never on the actor.
 type svcActor struct {
 	s       *Supervisor
 	svcs    []*svcState
