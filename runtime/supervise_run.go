@@ -78,7 +78,8 @@ type svcState struct {
 // start, an end or a redial wait for room or for the actor's end;
 // callers (Stop, Status, Subscribe) also give up with their ctx. It never
 // waits on a subscriber (see publish). Starts, Waits, Terminates and
-// Redial run in goroutines of their own, never on the actor.
+// Redial run in goroutines of their own; only Close of a backend it made
+// is called on the actor (a lost one, or at its end after Stop).
 type svcActor struct {
 	s       *Supervisor
 	svcs    []*svcState
