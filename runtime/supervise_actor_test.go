@@ -24,6 +24,7 @@ import (
 // its failFrom-th Start on (if set), Starts fail with errLink.
 type scriptedBackend struct {
 	procs    chan *scriptedProc
+	refuse   *atomic.Pointer[error] // if set, a Start takes the error it holds (once)
 	failFrom atomic.Int32
 	starts   atomic.Int32
 	closed   atomic.Bool
@@ -37,6 +38,11 @@ func (b *scriptedBackend) Start(ctx context.Context, spec Spec) (Process, error)
 	if n, from := b.starts.Add(1), b.failFrom.Load(); from > 0 && n >= from {
 		return nil, errLink
 	}
+	if b.refuse != nil {
+		if err := b.refuse.Swap(nil); err != nil {
+			return nil, *err
+		}
+	}
 	p := &scriptedProc{id: spec.ID, end: make(chan scriptedEnd, 1)}
 	b.procs <- p
 	return p, nil
@@ -45,7 +51,10 @@ func (b *scriptedBackend) Start(ctx context.Context, spec Spec) (Process, error)
 func (b *scriptedBackend) Close() error { b.closed.Store(true); return nil }
 
 // next is the next process started on b (bounded wait).
-func (b *scriptedBackend) next(t *testing.T) *scriptedProc {
+func (b *scriptedBackend) next(t interface {
+	Helper()
+	Fatal(...any)
+}) *scriptedProc {
 	t.Helper()
 	select {
 	case p := <-b.procs:

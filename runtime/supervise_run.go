@@ -106,17 +106,24 @@ type svcActor struct {
 // run is the supervisor actor: it serves messages and timers until a Stop
 // has taken every service down.
 func (s *Supervisor) run(firstDone chan struct{}) {
-	a := &svcActor{s: s, subs: s.presubs, dropped: map[chan ServiceEvent]int{}, firstDone: firstDone,
-		backend: s.b, redialDelay: redialInitial}
-	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a := newSvcActor(s, firstDone)
 	defer a.finish()
-	for _, svc := range s.svcs {
-		a.svcs = append(a.svcs, &svcState{ServiceStatus: ServiceStatus{Name: svc.Name, State: ServicePending, Since: s.clk.Now()}, svc: svc, delay: svc.Backoff.Initial})
-	}
 	a.startNext()
 	for !a.stopped() {
 		a.step()
 	}
+}
+
+// newSvcActor is the actor's state before its first step: every service
+// pending.
+func newSvcActor(s *Supervisor, firstDone chan struct{}) *svcActor {
+	a := &svcActor{s: s, subs: s.presubs, dropped: map[chan ServiceEvent]int{}, firstDone: firstDone,
+		backend: s.b, redialDelay: redialInitial}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	for _, svc := range s.svcs {
+		a.svcs = append(a.svcs, &svcState{ServiceStatus: ServiceStatus{Name: svc.Name, State: ServicePending, Since: s.clk.Now()}, svc: svc, delay: svc.Backoff.Initial})
+	}
+	return a
 }
 
 // step waits for one message or timer and handles it.
@@ -126,26 +133,36 @@ func (a *svcActor) step() {
 	case <-retry:
 		a.restart(idx)
 	case <-a.redialTimer:
-		a.redialTimer = nil
-		a.redial()
+		a.onRedialTimer()
 	case m := <-a.s.mbox:
-		switch m := m.(type) {
-		case startedMsg:
-			a.onStarted(m)
-		case endedMsg:
-			a.onEnded(m)
-		case redialedMsg:
-			a.onRedialed(m)
-		case statusMsg:
-			m.reply <- a.status()
-		case subMsg:
-			a.subs = append(a.subs, m.ch)
-			m.reply <- a.s.unsubscriber(m.ch)
-		case unsubMsg:
-			a.unsubscribe(m.ch)
-		case stopMsg:
-			a.beginStop(m)
-		}
+		a.handle(m)
+	}
+}
+
+// onRedialTimer: the next Redial attempt is due.
+func (a *svcActor) onRedialTimer() {
+	a.redialTimer = nil
+	a.redial()
+}
+
+// handle handles one message of the mailbox.
+func (a *svcActor) handle(m supMsg) {
+	switch m := m.(type) {
+	case startedMsg:
+		a.onStarted(m)
+	case endedMsg:
+		a.onEnded(m)
+	case redialedMsg:
+		a.onRedialed(m)
+	case statusMsg:
+		m.reply <- a.status()
+	case subMsg:
+		a.subs = append(a.subs, m.ch)
+		m.reply <- a.s.unsubscriber(m.ch)
+	case unsubMsg:
+		a.unsubscribe(m.ch)
+	case stopMsg:
+		a.beginStop(m)
 	}
 }
 
