@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
 )
 
 // The supervisor actor's decisions against a scripted Backend: the test
@@ -164,7 +166,7 @@ func eventOf(t *testing.T, events <-chan ServiceEvent, name string, want Service
 func TestSupervisorOldBackendLossAfterRedial(t *testing.T) {
 	b0, b1 := newScriptedBackend(), newScriptedBackend()
 	var redials atomic.Int32
-	sup, events := startScripted(t, b0, &SupervisorOptions{Clock: newFakeClock(), Redial: func(ctx context.Context) (Backend, error) {
+	sup, events := startScripted(t, b0, &SupervisorOptions{Clock: clocktest.New(), Redial: func(ctx context.Context) (Backend, error) {
 		redials.Add(1)
 		return b1, nil
 	}}, Service{Name: "a"}, Service{Name: "b"})
@@ -211,7 +213,7 @@ func TestSupervisorOldBackendLossAfterRedial(t *testing.T) {
 // start worked on the new backend.
 func TestSupervisorSecondLoss(t *testing.T) {
 	b0, b1, b2 := newScriptedBackend(), newScriptedBackend(), newScriptedBackend()
-	clk := newFakeClock()
+	clk := clocktest.New()
 	type answer struct {
 		b   Backend
 		err error
@@ -267,7 +269,7 @@ func TestSupervisorSecondLoss(t *testing.T) {
 // for on-failure even when its exit code is 0.
 func TestSupervisorLimitIsFailure(t *testing.T) {
 	b := newScriptedBackend()
-	clk := newFakeClock()
+	clk := clocktest.New()
 	_, events := startScripted(t, b, &SupervisorOptions{Clock: clk}, Service{Name: "s", Restart: RestartOnFailure})
 	b.next(t).finish(ExitStatus{Code: 0, Limit: LimitMemory}, nil)
 	if ev := eventOf(t, events, "s", ServiceBackoff); ev.Reason != ReasonExited || ev.LastExit == nil || ev.LastExit.Limit != LimitMemory {
@@ -286,7 +288,7 @@ func TestSupervisorLimitIsFailure(t *testing.T) {
 // returns, and Stop stops them all, in reverse order.
 func TestSupervisorLostDuringFirstStart(t *testing.T) {
 	b := newScriptedBackend()
-	sup := NewSupervisor(b, &SupervisorOptions{Clock: newFakeClock()})
+	sup := NewSupervisor(b, &SupervisorOptions{Clock: clocktest.New()})
 	for _, name := range []string{"a", "b", "c"} {
 		if err := sup.Add(Service{Name: name, Spec: Spec{Argv: []string{"x"}, Dir: "/"}, Restart: RestartAlways}); err != nil {
 			t.Fatal(err)
@@ -339,7 +341,7 @@ func TestSupervisorLostDuringFirstStart(t *testing.T) {
 func TestSupervisorStopCancelsRedial(t *testing.T) {
 	b := newScriptedBackend()
 	inRedial := make(chan struct{}, 1)
-	sup, events := startScripted(t, b, &SupervisorOptions{Clock: newFakeClock(), Redial: func(ctx context.Context) (Backend, error) {
+	sup, events := startScripted(t, b, &SupervisorOptions{Clock: clocktest.New(), Redial: func(ctx context.Context) (Backend, error) {
 		inRedial <- struct{}{}
 		<-ctx.Done()
 		return newScriptedBackend(), nil // too late: the supervisor closes it

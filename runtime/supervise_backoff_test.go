@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
 )
 
 // mkfifo makes a fifo in dir.
@@ -44,7 +46,7 @@ func release(t *testing.T, path string) {
 
 // backoffAfter reads the next backoff event and the delay the supervisor
 // asked for it.
-func backoffAfter(t *testing.T, events <-chan ServiceEvent, clk *fakeClock) (ServiceEvent, time.Duration) {
+func backoffAfter(t *testing.T, events <-chan ServiceEvent, clk *clocktest.Clock) (ServiceEvent, time.Duration) {
 	t.Helper()
 	ev := nextServiceEvent(t, events, ServiceBackoff)
 	return ev, asked(t, clk)
@@ -57,7 +59,7 @@ func backoffAfter(t *testing.T, events <-chan ServiceEvent, clk *fakeClock) (Ser
 // a fifo the test opens once the clock has moved.
 func TestSupervisorBackoffResetsAfterHealthyRun(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b Backend) {
-		clk := newFakeClock()
+		clk := clocktest.New()
 		dir := t.TempDir()
 		fifo := mkfifo(t, dir)
 		count := filepath.Join(dir, "count")
@@ -111,7 +113,7 @@ exit 1`)
 // it does not reset the delay every time.
 func TestSupervisorFailedStartsAfterLongRunKeepBackingOff(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b Backend) {
-		clk := newFakeClock()
+		clk := clocktest.New()
 		dir := t.TempDir()
 		fifo := mkfifo(t, dir)
 		work := filepath.Join(dir, "work")

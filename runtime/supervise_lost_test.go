@@ -17,6 +17,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/runtimed/runtimed/wire"
+
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
 )
 
 // countingBackend counts the Starts that reach a backend.
@@ -106,10 +108,10 @@ func pidLines(t *testing.T, path string, n int) int {
 }
 
 // asked returns the duration of the next timer the supervisor asks for.
-func asked(t *testing.T, clk *fakeClock) time.Duration {
+func asked(t *testing.T, clk *clocktest.Clock) time.Duration {
 	t.Helper()
 	select {
-	case d := <-clk.asked:
+	case d := <-clk.Asked():
 		return d
 	case <-time.After(20 * time.Second):
 		t.Fatal("the supervisor asked for no timer")
@@ -119,14 +121,14 @@ func asked(t *testing.T, clk *fakeClock) time.Duration {
 
 // noTimerAsked checks, after a Status round trip (the actor has handled
 // everything before it), that the supervisor asked for no timer.
-func noTimerAsked(t *testing.T, clk *fakeClock, sup *Supervisor, want ServiceState) {
+func noTimerAsked(t *testing.T, clk *clocktest.Clock, sup *Supervisor, want ServiceState) {
 	t.Helper()
 	st, err := sup.Status(ctxT(t))
 	if err != nil || len(st) != 1 || st[0].State != want {
 		t.Fatalf("status %+v %v; want %s", st, err, want)
 	}
 	select {
-	case d := <-clk.asked:
+	case d := <-clk.Asked():
 		t.Fatalf("the supervisor asked for a %v timer", d)
 	default:
 	}
@@ -187,7 +189,7 @@ func TestSupervisorLostBackend(t *testing.T) {
 		t.Run(lc.name, func(t *testing.T) {
 			b0, lose, revive, redial := lc.first(t)
 			first := &countingBackend{Backend: b0}
-			clk := newFakeClock()
+			clk := clocktest.New()
 			dir := t.TempDir()
 			pids := filepath.Join(dir, "pids")
 			redials := make(chan error, 16)
@@ -285,7 +287,7 @@ func TestSupervisorLostBackendNoRedial(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = c.Close() })
-			clk := newFakeClock()
+			clk := clocktest.New()
 			sup, events := supervise(t, c, &SupervisorOptions{Clock: clk}, Service{Name: "web", Spec: sh(t, "exec sleep 600"), Restart: policy})
 			ctx := ctxT(t)
 			nextServiceEvent(t, events, ServiceRunning)
@@ -318,7 +320,7 @@ func TestSupervisorReconnectingClientServerRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	clk := newFakeClock()
+	clk := clocktest.New()
 	sup, events := supervise(t, c, &SupervisorOptions{Clock: clk, Redial: func(ctx context.Context) (Backend, error) {
 		return Dial(ctx, url, &ClientOptions{Reconnect: true})
 	}}, Service{Name: "web", Spec: sh(t, "exec sleep 600"), Restart: RestartOnFailure, StopGrace: time.Second})
@@ -361,7 +363,7 @@ func TestSupervisorReconnectingClientBlip(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	first := <-conns
-	clk := newFakeClock()
+	clk := clocktest.New()
 	fifo := mkfifo(t, t.TempDir())
 	sup, events := supervise(t, c, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }},
 		Service{Name: "web", Spec: sh(t, "read x < "+fifo+"; exit 3"), Backoff: Backoff{Initial: time.Second}})

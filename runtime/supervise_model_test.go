@@ -10,6 +10,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	"pgregory.net/rapid"
+
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
 )
 
 // The supervisor actor against a small model. The harness is run's loop
@@ -62,7 +64,7 @@ func (m *supModel) ended(now time.Time, failed bool, ran time.Duration, why Serv
 
 type supHarness struct {
 	t       *rapid.T
-	clk     *fakeClock
+	clk     *clocktest.Clock
 	s       *Supervisor
 	a       *svcActor
 	m       *supModel
@@ -128,7 +130,7 @@ func (h *supHarness) launch(why ServiceReason) {
 		h.a.handle(h.msg())
 		h.m.ended(h.clk.Now(), true, 0, ReasonStartFailed)
 		if h.m.state == ServiceBackoff {
-			<-h.clk.asked
+			<-h.clk.Asked()
 		}
 		return
 	}
@@ -153,7 +155,7 @@ func (h *supHarness) redialed() {
 	up := h.up.Load()
 	h.a.handle(h.msg())
 	if !up {
-		if d := <-h.clk.asked; d != h.m.redialDelay {
+		if d := <-h.clk.Asked(); d != h.m.redialDelay {
 			h.t.Fatalf("redial delay %v, model %v", d, h.m.redialDelay)
 		}
 		h.m.redialDelay = min(2*h.m.redialDelay, redialMax)
@@ -171,7 +173,7 @@ func (h *supHarness) redialed() {
 func TestSupervisorModel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		core, logs := observer.New(zap.InfoLevel)
-		h := &supHarness{t: rt, clk: newFakeClock(), logs: logs}
+		h := &supHarness{t: rt, clk: clocktest.New(), logs: logs}
 		b0 := newScriptedBackend()
 		b0.refuse = &h.refused
 		h.cur = b0
@@ -212,7 +214,7 @@ func TestSupervisorModel(t *testing.T) {
 					h.m.lastExit = &code
 					ran := h.clk.Now().Sub(h.m.startedAt)
 					if wait := h.m.ended(h.clk.Now(), code != 0, ran, ReasonExited); h.m.state == ServiceBackoff {
-						if d := <-h.clk.asked; d != wait {
+						if d := <-h.clk.Asked(); d != wait {
 							rt.Fatalf("backoff %v, model %v", d, wait)
 						}
 					}
