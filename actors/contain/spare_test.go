@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -136,4 +138,88 @@ func exitCode(err error) int {
 		return -2
 	}
 	return ee.ExitCode()
+}
+
+// A cgroup that carried limits is never a spare, either way: a group with
+// limits does not take a spare that is waiting (its limits would be
+// written into a cgroup the pool hands out again), and the cgroup of a
+// limited tree that ended normally is not handed to the next start
+// without limits (which would inherit its memory.max or pids.max and get
+// OOM kills or fork failures). Both tree limits (v2 or v1 cgroups, as the
+// host has them) and rlimit-only limits are tried: the pool takes groups
+// without any limit only.
+func TestLimitedCgroupNeverSpare(t *testing.T) {
+	lims := []Limits{{CPUSeconds: 60, OpenFiles: 512}}
+	if m := NewManager(ModeCgroup2); m.LimitsOnTree() {
+		lims = append(lims, Limits{MemoryBytes: 256 << 20, Pids: 64})
+		_ = m.Close()
+	} else {
+		_ = m.Close()
+	}
+	for _, lim := range lims {
+		limitedNeverSpare(t, lim)
+	}
+}
+
+func limitedNeverSpare(t *testing.T, lim Limits) {
+	m := cgroup2Manager(t)
+	// A spare waits.
+	g0, err := m.NewGroup(Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spareDir := g0.v2
+	if err := runIn(t, g0, "true"); err != nil {
+		t.Fatal(err)
+	}
+	if !g0.ReleaseIfEmpty() {
+		t.Fatal("an ended tree's group was not released")
+	}
+	if len(m.spare) != 1 {
+		t.Fatalf("%d spares after an unlimited tree ended; want 1", len(m.spare))
+	}
+	// A group with limits does not take it.
+	g1, err := m.NewGroup(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limDir := g1.v2
+	if limDir == spareDir {
+		g1.Release()
+		t.Fatalf("a group with limits %+v took the spare cgroup %s", lim, spareDir)
+	}
+	if len(m.spare) != 1 {
+		t.Fatalf("%d spares after a limited group was made; want the 1 still waiting", len(m.spare))
+	}
+	// Its tree ends normally; its cgroup is removed, not kept.
+	if err := runIn(t, g1, "true"); err != nil {
+		t.Fatal(err)
+	}
+	if !g1.ReleaseIfEmpty() {
+		g1.Release()
+		t.Fatalf("an ended tree's group (limits %+v) was not released", lim)
+	}
+	if _, err := os.Stat(limDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the cgroup %s of a tree with limits %+v was kept (%v); it must be removed", limDir, lim, err)
+	}
+	if len(m.spare) != 1 {
+		t.Errorf("%d spares after a tree with limits %+v ended; want 1 (its cgroup is not one)", len(m.spare), lim)
+	}
+	// Every start without limits from now on (the spares, then fresh
+	// ones) gets a cgroup without limits.
+	for range spareCap + 1 {
+		g, err := m.NewGroup(Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Release()
+		if g.v2 == limDir {
+			t.Fatalf("the cgroup %s of a tree with limits %+v was handed to a start without limits", limDir, lim)
+		}
+		for _, f := range []string{"memory.max", "pids.max"} {
+			if b, err := os.ReadFile(filepath.Join(g.v2, f)); err == nil && strings.TrimSpace(string(b)) != "max" {
+				t.Fatalf("a start without limits got a cgroup with %s = %s", f, b)
+			}
+		}
+	}
 }
