@@ -14,6 +14,7 @@ import (
 
 	"github.com/runtimed/runtimed/actors/contain"
 	"github.com/runtimed/runtimed/actors/sandbox"
+	"github.com/runtimed/runtimed/wire"
 )
 
 var (
@@ -408,5 +409,37 @@ func testSandboxPTYAndCwd(t *testing.T, sup *Supervisor) {
 	_, err = sup.Spawn("cwd", Spec{Argv: []string{"/usr/bin/bash", "-c", "true"}, Dir: outside, Env: []string{"PATH=/usr/bin:/bin"}, Sandbox: hidden}, nil)
 	if err == nil || !strings.Contains(err.Error(), "working directory") || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("hidden cwd: %v", err)
+	}
+}
+
+// TestSandboxCwdIsProjectRoot: a managed sandbox with a cwd and no
+// workspaceRoots, started in another directory: the confined process may
+// write in the sandbox's cwd (the project root) and not in its own cwd.
+func TestSandboxCwdIsProjectRoot(t *testing.T) { bothWays(t, testSandboxCwdIsProjectRoot) }
+
+func testSandboxCwdIsProjectRoot(t *testing.T, sup *Supervisor) {
+	ws, outside := workspace(t)
+	sb := &wire.Sandbox{Managed: true, Cwd: ws, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+		{Kind: "special", Special: "root", Access: "read"},
+		{Kind: "special", Special: "project_roots", Access: "write"},
+	}}}
+	env := []string{"PATH=/usr/bin:/bin"}
+	p, werr := sup.SandboxFor(sb, outside, env)
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	r := runConfined(t, sup, outside, p, contain.Limits{}, `pwd
+(echo x > `+ws+`/new) 2>/dev/null && echo sandbox-cwd OK || echo sandbox-cwd DENIED
+(echo x > ./new) 2>/dev/null && echo process-cwd OK || echo process-cwd DENIED`)
+	for _, w := range []string{outside + "\n", "sandbox-cwd OK", "process-cwd DENIED"} {
+		if !strings.Contains(r.out, w) {
+			t.Errorf("want %q in %q", w, r.out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "new")); err == nil {
+		t.Errorf("the process wrote in its own cwd %s, outside the project root %s", outside, ws)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "new")); err != nil {
+		t.Errorf("the process could not write in the sandbox's cwd %s: %v", ws, err)
 	}
 }

@@ -87,3 +87,74 @@ func TestConflictingEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxCwdIsProjectRoot: with no workspaceRoots the sandbox's cwd is
+// the project root, not the process's cwd (which differs here): write
+// access and the project-root subpaths and relative globs go to the
+// sandbox's cwd. Without a sandbox cwd either, the process's cwd is the
+// root; with workspaceRoots, neither cwd is.
+func TestSandboxCwdIsProjectRoot(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbCwd, procCwd, roots := filepath.Join(base, "project"), filepath.Join(base, "elsewhere"), filepath.Join(base, "roots")
+	for _, d := range []string{sbCwd, procCwd, roots} {
+		for _, sub := range []string{"", ".git"} {
+			if err := os.MkdirAll(filepath.Join(d, sub), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(d, "key.pem"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries := []wire.SandboxEntry{
+		{Kind: "special", Special: "root", Access: "read"},
+		{Kind: "special", Special: "project_roots", Access: "write"},
+		{Kind: "special", Special: "project_roots", Subpath: ".git", Access: "read"},
+		{Kind: "glob_pattern", Pattern: "*.pem", Access: "deny"},
+	}
+	for _, tc := range []struct {
+		name          string
+		cwd           string
+		wsRoots       []string
+		root, notRoot string
+	}{
+		{"sandbox cwd", sbCwd, nil, sbCwd, procCwd},
+		{"process cwd", "", nil, procCwd, sbCwd},
+		{"workspaceRoots", sbCwd, []string{roots}, roots, sbCwd},
+	} {
+		sb := &wire.Sandbox{Managed: true, Cwd: tc.cwd, WorkspaceRoots: tc.wsRoots, FS: &wire.SandboxFS{Entries: entries}}
+		p, werr := Resolve(sb, procCwd, nil)
+		if werr != nil {
+			t.Fatalf("%s: %v", tc.name, werr)
+		}
+		want := map[string]sandbox.Access{"/": sandbox.Read, tc.root: sandbox.Write,
+			filepath.Join(tc.root, ".git"): sandbox.Read, filepath.Join(tc.root, "key.pem"): sandbox.Deny}
+		if len(p.Rules) != len(want) {
+			t.Errorf("%s: rules %+v; want %v", tc.name, p.Rules, want)
+		}
+		for _, r := range p.Rules {
+			if want[r.Path] != r.Access {
+				t.Errorf("%s: rule %s %v; want only %v", tc.name, r.Path, r.Access, want)
+			}
+		}
+		if w := filepath.Join(tc.notRoot, "new"); p.Allows(w, true) {
+			t.Errorf("%s: write access to %s; the project root is %s", tc.name, w, tc.root)
+		}
+		if !p.Allows(filepath.Join(tc.root, "new"), true) {
+			t.Errorf("%s: no write access to the project root %s", tc.name, tc.root)
+		}
+	}
+	// A sandbox cwd that is not a usable path is an error only when an
+	// entry needs the project roots, and then it names sandbox.cwd.
+	bad := &wire.Sandbox{Managed: true, Cwd: "relative/dir", FS: &wire.SandboxFS{Entries: entries[:2]}}
+	if _, werr := Resolve(bad, procCwd, nil); werr == nil || werr.Code != wire.CodeInvalidParams || !strings.Contains(werr.Message, "sandbox.cwd") || !strings.Contains(werr.Message, "entries[1]") {
+		t.Errorf("relative sandbox cwd with project_roots: %v", werr)
+	}
+	bad.FS.Entries = entries[:1]
+	if _, werr := Resolve(bad, procCwd, nil); werr != nil {
+		t.Errorf("relative sandbox cwd and no entry needing it: %v", werr)
+	}
+}
