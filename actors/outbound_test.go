@@ -396,3 +396,82 @@ func TestQueueTakesReadyItemsTogether(t *testing.T) {
 		t.Fatalf("took %d items over the budget", len(fifo))
 	}
 }
+
+// waitReceived waits (bounded) until every fire of clk was received: the
+// queue goroutine took the watchdog's tick.
+func waitReceived(t *testing.T, clk *fakeClock) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for clk.Pending() {
+		if time.Now().After(deadline) {
+			t.Fatal("the watchdog's tick was not taken within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// The slow-consumer watchdog acts only while a batch is being written: a
+// client waiting quietly on a long-running process (nothing queued,
+// nothing being written) stays connected however long the quiet lasts,
+// here twenty timeouts on the connection's fake clock. The same clock
+// then closes the connection as a slow consumer once a write stalls
+// (the control: the watchdog runs on that clock).
+func TestIdleConnectionNotSlowConsumer(t *testing.T) {
+	const timeout = time.Second
+	clk := newFakeClock()
+	sup := NewSupervisor(Config{
+		Proc: ProcConfig{RetainBytes: 64 << 10, RetainChunks: 50_000, ClosedRetention: time.Minute,
+			DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL:    10 * time.Second,
+		MaxProcesses: 16,
+		Budgets:      Budgets{OutboundQueueBytes: 64 << 10, SlowConsumerTimeout: timeout},
+		Clock:        clk,
+	})
+	stopAtCleanup(t, sup)
+	c, g, done := startGated(t, sup, true)
+	dir := t.TempDir()
+	script := fmt.Sprintf(`echo ready; while [ ! -e %[1]s/go ]; do sleep 0.01; done; head -c 4000000 /dev/zero`, dir)
+	mustOK(t, c.call("process/start", map[string]any{"processId": "p", "argv": []string{"/bin/sh", "-c", script}, "cwd": dir}))
+	c.waitNote(func(m map[string]any) bool {
+		return m["method"] == "process/output" && params(m)["chunk"] == base64.StdEncoding.EncodeToString([]byte("ready\n"))
+	})
+	// "ready" was a batch: the watchdog was armed for it. Now nothing moves.
+	for i := range 20 {
+		clk.Advance(timeout)
+		waitReceived(t, clk)
+		select {
+		case err := <-done:
+			t.Fatalf("an idle connection ended after %d quiet timeouts: %v", i+1, err)
+		default:
+		}
+	}
+	mustOK(t, c.call("process/list", nil)) // still connected
+	// The control: a write that stalls is caught on the same clock.
+	g.shut()
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for g.writing.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the flood's first write did not reach the shut gate")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := 0; ; i++ {
+		if i == 10 {
+			t.Fatal("a stalled connection was not closed after 10 timeouts of its clock")
+		}
+		clk.Advance(timeout)
+		waitReceived(t, clk)
+		select {
+		case err := <-done:
+			var ce *ConnError
+			if !errors.As(err, &ce) || ce.Reason != ReasonSlowConsumer {
+				t.Fatalf("the stalled connection ended with %v; want a slow consumer", err)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
