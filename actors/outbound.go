@@ -257,6 +257,10 @@ func (c *conn) queueLoop() {
 		case now := <-watchC:
 			watchC = nil
 			if !writing {
+				// Idle: the watchdog sleeps until the next batch. (A no-op
+				// on a timer that just fired; a test's clock sees the tick
+				// handled.)
+				watch.Stop()
 				break
 			}
 			if p := c.progress(); p != mark {

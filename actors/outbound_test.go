@@ -397,16 +397,56 @@ func TestQueueTakesReadyItemsTogether(t *testing.T) {
 	}
 }
 
-// waitReceived waits (bounded) until every fire of clk was received: the
-// queue goroutine took the watchdog's tick.
-func waitReceived(t *testing.T, clk *fakeClock) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for clk.Pending() {
-		if time.Now().After(deadline) {
-			t.Fatal("the watchdog's tick was not taken within 10s")
+// countingClock is a fakeClock whose timers count their Reset and Stop
+// calls, each counted once it took effect: the slow-consumer watchdog
+// ends its handling of every tick with one of them (or with the latch), so
+// a test knows the tick was handled.
+type countingClock struct {
+	*fakeClock
+	ops atomic.Int64
+}
+
+type countingTimer struct {
+	Timer
+	ops *atomic.Int64
+}
+
+func (c *countingClock) NewTimer() Timer       { return &countingTimer{c.fakeClock.NewTimer(), &c.ops} }
+func (t *countingTimer) Reset(d time.Duration) { t.Timer.Reset(d); t.ops.Add(1) }
+func (t *countingTimer) Stop()                 { t.Timer.Stop(); t.ops.Add(1) }
+
+// armed reports whether a timer of c is armed.
+func (c *countingClock) armed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.timers {
+		if !t.at.IsZero() {
+			return true
 		}
-		time.Sleep(time.Millisecond)
+	}
+	return false
+}
+
+// tick advances c by d and, when that fires the watchdog, waits (bounded)
+// until the queue goroutine handled the tick or the connection ended
+// (done then holds its cause, put back for the caller).
+func (c *countingClock) tick(t *testing.T, d time.Duration, done chan error) {
+	t.Helper()
+	fires, before := c.armed(), c.ops.Load()
+	c.Advance(d)
+	if !fires {
+		return
+	}
+	deadline := time.After(10 * time.Second)
+	for c.ops.Load() == before {
+		select {
+		case err := <-done:
+			done <- err
+			return
+		case <-deadline:
+			t.Fatal("the watchdog's tick was not handled within 10s")
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
 
@@ -418,7 +458,7 @@ func waitReceived(t *testing.T, clk *fakeClock) {
 // (the control: the watchdog runs on that clock).
 func TestIdleConnectionNotSlowConsumer(t *testing.T) {
 	const timeout = time.Second
-	clk := newFakeClock()
+	clk := &countingClock{fakeClock: newFakeClock()}
 	sup := NewSupervisor(Config{
 		Proc: ProcConfig{RetainBytes: 64 << 10, RetainChunks: 50_000, ClosedRetention: time.Minute,
 			DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
@@ -428,7 +468,9 @@ func TestIdleConnectionNotSlowConsumer(t *testing.T) {
 		Clock:        clk,
 	})
 	stopAtCleanup(t, sup)
-	c, g, done := startGated(t, sup, true)
+	c, g, ended := startGated(t, sup, true)
+	done := make(chan error, 1)
+	go func() { done <- <-ended }()
 	dir := t.TempDir()
 	script := fmt.Sprintf(`echo ready; while [ ! -e %[1]s/go ]; do sleep 0.01; done; head -c 4000000 /dev/zero`, dir)
 	mustOK(t, c.call("process/start", map[string]any{"processId": "p", "argv": []string{"/bin/sh", "-c", script}, "cwd": dir}))
@@ -437,8 +479,7 @@ func TestIdleConnectionNotSlowConsumer(t *testing.T) {
 	})
 	// "ready" was a batch: the watchdog was armed for it. Now nothing moves.
 	for i := range 20 {
-		clk.Advance(timeout)
-		waitReceived(t, clk)
+		clk.tick(t, timeout, done)
 		select {
 		case err := <-done:
 			t.Fatalf("an idle connection ended after %d quiet timeouts: %v", i+1, err)
@@ -462,8 +503,7 @@ func TestIdleConnectionNotSlowConsumer(t *testing.T) {
 		if i == 10 {
 			t.Fatal("a stalled connection was not closed after 10 timeouts of its clock")
 		}
-		clk.Advance(timeout)
-		waitReceived(t, clk)
+		clk.tick(t, timeout, done)
 		select {
 		case err := <-done:
 			var ce *ConnError
