@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,5 +157,37 @@ func TestSandboxCwdIsProjectRoot(t *testing.T) {
 	bad.FS.Entries = entries[:1]
 	if _, werr := Resolve(bad, procCwd, nil); werr != nil {
 		t.Errorf("relative sandbox cwd and no entry needing it: %v", werr)
+	}
+}
+
+// TestSeveralWorkspaceRoots: every project-root entry applies to each
+// workspace root, a subpath joined to each root itself.
+func TestSeveralWorkspaceRoots(t *testing.T) {
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(base, "a"), filepath.Join(base, "b")
+	for _, d := range []string{a + "/.git", b + "/.git"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb := &wire.Sandbox{Managed: true, WorkspaceRoots: []string{a, "file://" + b}, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+		{Kind: "special", Special: "project_roots", Access: "write"},
+		{Kind: "special", Special: "project_roots", Subpath: ".git", Access: "read"},
+	}}}
+	p, werr := Resolve(sb, "/", nil)
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	want := []sandbox.Rule{{Path: a, Access: sandbox.Write}, {Path: b, Access: sandbox.Write},
+		{Path: a + "/.git", Access: sandbox.Read}, {Path: b + "/.git", Access: sandbox.Read}}
+	if fmt.Sprint(p.Rules) != fmt.Sprint(want) {
+		t.Errorf("rules %v; want %v", p.Rules, want)
+	}
+	sb.WorkspaceRoots[1] = "relative"
+	if _, werr := Resolve(sb, "/", nil); werr == nil || !strings.Contains(werr.Message, "sandbox.workspaceRoots[1]") {
+		t.Errorf("a relative workspace root: %v; want an error naming it", werr)
 	}
 }
