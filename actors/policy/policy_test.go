@@ -191,3 +191,36 @@ func TestSeveralWorkspaceRoots(t *testing.T) {
 		t.Errorf("a relative workspace root: %v; want an error naming it", werr)
 	}
 }
+
+// TestGlobEntries: a glob_pattern entry may only deny (read and write are
+// refused, naming the entry), and a match that does not resolve (a
+// dangling symlink) hides nothing instead of failing the start.
+func TestGlobEntries(t *testing.T) {
+	ws, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "a.key"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(ws, "gone"), filepath.Join(ws, "b.key")); err != nil {
+		t.Fatal(err)
+	}
+	glob := func(access string) *wire.Sandbox {
+		return &wire.Sandbox{Managed: true, WorkspaceRoots: []string{ws}, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+			{Kind: "special", Special: "root", Access: "read"}, {Kind: "glob_pattern", Pattern: "*.key", Access: access}}}}
+	}
+	for _, access := range []string{"read", "write"} {
+		if _, werr := Resolve(glob(access), ws, nil); werr == nil || werr.Code != wire.CodeInvalidParams || !strings.Contains(werr.Message, "entries[1]") || !strings.Contains(werr.Message, "deny") {
+			t.Errorf("a glob_pattern entry with access %s: %v; want it refused", access, werr)
+		}
+	}
+	p, werr := Resolve(glob("deny"), ws, nil)
+	if werr != nil {
+		t.Fatalf("a deny glob matching a dangling symlink: %v", werr)
+	}
+	want := []sandbox.Rule{{Path: "/", Access: sandbox.Read}, {Path: filepath.Join(ws, "a.key"), Access: sandbox.Deny}}
+	if fmt.Sprint(p.Rules) != fmt.Sprint(want) {
+		t.Errorf("rules %v; want %v", p.Rules, want)
+	}
+}
