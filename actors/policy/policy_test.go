@@ -224,3 +224,24 @@ func TestGlobEntries(t *testing.T) {
 		t.Errorf("rules %v; want %v", p.Rules, want)
 	}
 }
+
+// TestNativePath: absolute paths and file: URIs (no host, or localhost)
+// come back absolute and clean; relative paths and foreign hosts are
+// refused.
+func TestNativePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/a/./b//c/../d":             "/a/b/d",
+		"file:///a/b%20c/":           "/a/b c",
+		"file://localhost/etc/hosts": "/etc/hosts",
+		"file:/x/../y":               "/y",
+	} {
+		if got, err := NativePath(in); err != nil || got != want {
+			t.Errorf("NativePath(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"a/b", "", "file://example.com/etc", "file:rel/x"} {
+		if got, err := NativePath(bad); err == nil {
+			t.Errorf("NativePath(%q) = %q; want an error", bad, got)
+		}
+	}
+}
