@@ -245,3 +245,53 @@ func TestNativePath(t *testing.T) {
 		}
 	}
 }
+
+// TestTmpdirIsTheChildsLast: the tmpdir entry takes the TMPDIR the child
+// sees, the last one of its environment (as exec keeps it).
+func TestTmpdirIsTheChildsLast(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := &wire.Sandbox{Managed: true, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{{Kind: "special", Special: "tmpdir", Access: "write"}}}}
+	p, werr := Resolve(sb, "/", []string{"TMPDIR=/nonexistent-first", "HOME=/", "TMPDIR=" + dir})
+	if werr != nil || len(p.Rules) != 1 || p.Rules[0].Path != dir {
+		t.Errorf("rules %+v, %v; want write on %s", p, werr, dir)
+	}
+}
+
+// TestGlobDepthBound: `**` descends at most globMaxDepth directories below
+// /, so a deny glob cannot make a start walk a whole deep tree; matches
+// down to that depth are found.
+func TestGlobDepthBound(t *testing.T) {
+	ws, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(ws, "/") >= globMaxDepth {
+		t.Skipf("the temporary directory %s is already %d deep", ws, globMaxDepth)
+	}
+	d := ws
+	for strings.Count(d, "/") <= globMaxDepth+4 {
+		if err := os.WriteFile(filepath.Join(d, "x.pem"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d = filepath.Join(d, "d")
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb := &wire.Sandbox{Managed: true, WorkspaceRoots: []string{ws}, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+		{Kind: "glob_pattern", Pattern: "**/x.pem", Access: "deny"}}}}
+	p, werr := Resolve(sb, "/", nil)
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	deepest := 0
+	for _, r := range p.Rules {
+		deepest = max(deepest, strings.Count(r.Path, "/"))
+	}
+	if deepest != globMaxDepth+1 {
+		t.Errorf("the deepest match is %d below /; want %d (matches: %v)", deepest, globMaxDepth+1, p.Rules)
+	}
+}
