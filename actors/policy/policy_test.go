@@ -295,3 +295,27 @@ func TestGlobDepthBound(t *testing.T) {
 		t.Errorf("the deepest match is %d below /; want %d (matches: %v)", deepest, globMaxDepth+1, p.Rules)
 	}
 }
+
+// TestGlobVisitBound: a deny glob that would visit more than
+// globMaxVisited entries is refused, naming the entry, instead of
+// walking on.
+func TestGlobVisitBound(t *testing.T) {
+	ws, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(n int) { globMaxVisited = n }(globMaxVisited)
+	globMaxVisited = 100
+	for i := range globMaxVisited + 1 {
+		f, err := os.Create(filepath.Join(ws, fmt.Sprintf("f%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	sb := &wire.Sandbox{Managed: true, WorkspaceRoots: []string{ws}, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+		{Kind: "glob_pattern", Pattern: "*.pem", Access: "deny"}}}}
+	if _, werr := Resolve(sb, "/", nil); werr == nil || !strings.Contains(werr.Message, "entries[0].path.pattern") || !strings.Contains(werr.Message, "visits more than") {
+		t.Errorf("a glob over %d entries: %v; want it refused", globMaxVisited+1, werr)
+	}
+}
