@@ -319,3 +319,19 @@ func TestGlobVisitBound(t *testing.T) {
 		t.Errorf("a glob over %d entries: %v; want it refused", globMaxVisited+1, werr)
 	}
 }
+
+// TestResolveNetworkAndUnmanaged: the network choice is carried as sent,
+// with file-system rules or without; an unmanaged sandbox is no policy.
+func TestResolveNetworkAndUnmanaged(t *testing.T) {
+	for _, net := range []bool{false, true} {
+		for _, fs := range []*wire.SandboxFS{nil, {Entries: []wire.SandboxEntry{{Kind: "special", Special: "root", Access: "read"}}}} {
+			p, werr := Resolve(&wire.Sandbox{Managed: true, Network: net, FS: fs}, "/", nil)
+			if werr != nil || p == nil || p.Network != net || p.RestrictFS != (fs != nil) {
+				t.Errorf("network %v, fs %v: %+v %v", net, fs != nil, p, werr)
+			}
+		}
+	}
+	if p, werr := Resolve(&wire.Sandbox{Network: false, FS: &wire.SandboxFS{}}, "/", nil); p != nil || werr != nil {
+		t.Errorf("an unmanaged sandbox resolved to %+v %v; want no policy", p, werr)
+	}
+}
