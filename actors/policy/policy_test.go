@@ -335,3 +335,16 @@ func TestResolveNetworkAndUnmanaged(t *testing.T) {
 		t.Errorf("an unmanaged sandbox resolved to %+v %v; want no policy", p, werr)
 	}
 }
+
+// TestBadGlobPattern: a malformed pattern is refused up front, naming the
+// entry, even where nothing would be matched.
+func TestBadGlobPattern(t *testing.T) {
+	ws := t.TempDir()
+	for _, pat := range []string{"[", "a/[b", "/nonexistent-dir-xyz/[z"} {
+		sb := &wire.Sandbox{Managed: true, WorkspaceRoots: []string{ws}, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+			{Kind: "glob_pattern", Pattern: pat, Access: "deny"}}}}
+		if _, werr := Resolve(sb, "/", nil); werr == nil || !strings.Contains(werr.Message, "entries[0].path.pattern") || !strings.Contains(werr.Message, "bad pattern") {
+			t.Errorf("pattern %q: %v; want it refused", pat, werr)
+		}
+	}
+}
