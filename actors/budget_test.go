@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -142,5 +143,99 @@ func TestBudgetReleasedOnceRealProcesses(t *testing.T) {
 	var be *BudgetError
 	if _, err := sup.SpawnCharged("s2", spec, nil, 0); !errors.As(err, &be) || be.Limit != "processes" {
 		t.Fatalf("a third start with --max-processes-total 2: %v", err)
+	}
+}
+
+// TestBudgetLimitsExact: each budget admits exactly its limit (a
+// privileged acquisition, a connection or a first start, the whole of it;
+// any other leaves the reserve: FDReserve descriptors, and room for
+// ReservedFirstStarts processes' retention, at most half a budget), and
+// names itself when it refuses.
+func TestBudgetLimitsExact(t *testing.T) {
+	b := newBudgets(Budgets{MaxConnections: 2, MaxOutboundBytes: 300, MaxOpenFiles: 100, FDReserve: 10, MaxRetainedBytes: 1000})
+	conn := charge{conns: 1, fds: 1, outbound: 100}
+	for i := range 2 {
+		if err := acquireOf(b, conn, true); err != nil {
+			t.Fatalf("connection %d of 2: %v", i+1, err)
+		}
+	}
+	if err := acquireOf(b, conn, true); err == nil || err.Limit != "connections" || err.Flag != "--max-connections" {
+		t.Fatalf("a third connection: %v; want the connections budget", err)
+	}
+	if err := acquireOf(b, charge{outbound: 100}, true); err != nil {
+		t.Fatalf("outbound up to its limit: %v", err)
+	}
+	if err := acquireOf(b, charge{outbound: 1}, true); err == nil || err.Limit != "outbound queue memory" {
+		t.Fatalf("outbound past its limit: %v; want the outbound budget", err)
+	}
+	// Descriptors: 2 in use; an ordinary acquisition may reach 90, a
+	// privileged one 100.
+	if err := acquireOf(b, charge{fds: 88}, false); err != nil {
+		t.Fatalf("descriptors up to the reserve: %v", err)
+	}
+	if err := acquireOf(b, charge{fds: 1}, false); err == nil || err.Limit != "open files" || !strings.Contains(err.Detail, "10 more descriptors are kept") {
+		t.Fatalf("an ordinary acquisition into the reserve: %v; want the open-files budget", err)
+	}
+	if err := acquireOf(b, charge{fds: 10}, true); err != nil {
+		t.Fatalf("a privileged acquisition into the reserve: %v", err)
+	}
+	if err := acquireOf(b, charge{fds: 1}, true); err == nil || err.Limit != "open files" {
+		t.Fatalf("past the open-files budget: %v", err)
+	}
+	// Retained: an ordinary acquisition of 100 leaves min(1000/2, 100*64)
+	// = 500 free.
+	if err := acquireOf(b, charge{retained: 100}, false); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if err := acquireOf(b, charge{retained: 100}, false); err != nil {
+			t.Fatalf("retained up to the reserve: %v", err)
+		}
+	}
+	if err := acquireOf(b, charge{retained: 100}, false); err == nil || err.Limit != "retained output memory" {
+		t.Fatalf("an ordinary acquisition into the retained reserve: %v", err)
+	}
+	for range 5 {
+		if err := acquireOf(b, charge{retained: 100}, true); err != nil {
+			t.Fatalf("a first start into the retained reserve: %v", err)
+		}
+	}
+	if err := acquireOf(b, charge{retained: 1}, true); err == nil || err.Limit != "retained output memory" {
+		t.Fatalf("past the retained budget: %v", err)
+	}
+}
+
+// A connection's charge returns once however often its release is called.
+func TestConnectionReleasedOnce(t *testing.T) {
+	sup := budgetSupervisor(t, 64<<10, Budgets{MaxConnections: 1, OutboundQueueBytes: 1000, MaxOutboundBytes: 1000})
+	ctx := context.Background()
+	for range 3 {
+		release, err := sup.AcquireConnection(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, _ := sup.BudgetUsage(ctx); u.Connections != 1 || u.OpenFiles != FDsPerConnection || u.OutboundBytes != 1000 {
+			t.Fatalf("an open connection charges %+v", u)
+		}
+		release()
+		release()
+		if u, _ := sup.BudgetUsage(ctx); u != (BudgetUsage{}) {
+			t.Fatalf("after its release (twice): %+v; want all zero", u)
+		}
+	}
+}
+
+// The budget actor forgets processes whose actors ended without waiting
+// for a usage or a refusal: its list stays bounded under churn.
+func TestBudgetBoundListSwept(t *testing.T) {
+	b := newBudgets(Budgets{})
+	for range 1000 {
+		f := newFakeBound()
+		close(f.closed)
+		close(f.actorDone)
+		b.handle(bindMsg{ref: f.ref, c: charge{procs: 1}})
+	}
+	if len(b.bound) > 256 {
+		t.Fatalf("%d ended processes still listed after 1000 binds", len(b.bound))
 	}
 }
