@@ -415,12 +415,12 @@ func (c *countingClock) NewTimer() Timer       { return &countingTimer{c.fakeClo
 func (t *countingTimer) Reset(d time.Duration) { t.Timer.Reset(d); t.ops.Add(1) }
 func (t *countingTimer) Stop()                 { t.Timer.Stop(); t.ops.Add(1) }
 
-// armed reports whether a timer of c is armed.
-func (c *countingClock) armed() bool {
+// due reports whether advancing c by d fires a timer.
+func (c *countingClock) due(d time.Duration) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, t := range c.timers {
-		if !t.at.IsZero() {
+		if !t.at.IsZero() && !c.now.Add(d).Before(t.at) {
 			return true
 		}
 	}
@@ -432,7 +432,7 @@ func (c *countingClock) armed() bool {
 // (done then holds its cause, put back for the caller).
 func (c *countingClock) tick(t *testing.T, d time.Duration, done chan error) {
 	t.Helper()
-	fires, before := c.armed(), c.ops.Load()
+	fires, before := c.due(d), c.ops.Load()
 	c.Advance(d)
 	if !fires {
 		return
@@ -454,8 +454,9 @@ func (c *countingClock) tick(t *testing.T, d time.Duration, done chan error) {
 // client waiting quietly on a long-running process (nothing queued,
 // nothing being written) stays connected however long the quiet lasts,
 // here twenty timeouts on the connection's fake clock. The same clock
-// then closes the connection as a slow consumer once a write stalls
-// (the control: the watchdog runs on that clock).
+// then closes the connection as a slow consumer once a write stalls for
+// the timeout (the control: the watchdog runs on that clock, and acts in
+// time).
 func TestIdleConnectionNotSlowConsumer(t *testing.T) {
 	const timeout = time.Second
 	clk := &countingClock{fakeClock: newFakeClock()}
@@ -477,12 +478,13 @@ func TestIdleConnectionNotSlowConsumer(t *testing.T) {
 	c.waitNote(func(m map[string]any) bool {
 		return m["method"] == "process/output" && params(m)["chunk"] == base64.StdEncoding.EncodeToString([]byte("ready\n"))
 	})
-	// "ready" was a batch: the watchdog was armed for it. Now nothing moves.
-	for i := range 20 {
-		clk.tick(t, timeout, done)
+	// "ready" was a batch: the watchdog was armed for it. Now nothing
+	// moves, for twenty timeouts in steps of a quarter.
+	for i := range 80 {
+		clk.tick(t, timeout/4, done)
 		select {
 		case err := <-done:
-			t.Fatalf("an idle connection ended after %d quiet timeouts: %v", i+1, err)
+			t.Fatalf("an idle connection ended after %v quiet: %v", time.Duration(i+1)*timeout/4, err)
 		default:
 		}
 	}
@@ -499,11 +501,14 @@ func TestIdleConnectionNotSlowConsumer(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// Closed once the timeout has passed without progress: at the
+	// watchdog's first tick after it (one step more allows for the stall
+	// being seen before the batch's mark was taken).
 	for i := 0; ; i++ {
-		if i == 10 {
-			t.Fatal("a stalled connection was not closed after 10 timeouts of its clock")
+		if i == 5 {
+			t.Fatalf("a stalled connection was not closed %v after the stall (timeout %v)", time.Duration(i)*timeout/4, timeout)
 		}
-		clk.tick(t, timeout, done)
+		clk.tick(t, timeout/4, done)
 		select {
 		case err := <-done:
 			var ce *ConnError
