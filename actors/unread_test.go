@@ -350,3 +350,32 @@ func TestUnreadRuleRandomized(t *testing.T) {
 		}
 	}
 }
+
+// When the drain after a kill ends (the streams are closed by force), the
+// kill path's bound wins over the unread rule: a detached process whose
+// retention is full of unread output takes what its readers still hold
+// (so that it can close) and its backlog is no longer held.
+func TestUnreadRuleYieldsToForcedClose(t *testing.T) {
+	h := newUnreadHarness(t, 10*unreadChunk, 1000)
+	p := h.p
+	h.produce(3)
+	h.deliverAll()
+	p.subscriberLost()
+	h.produce(100)
+	if p.canConsume() {
+		t.Fatal("detached, retention full of unread output: the actor reads")
+	}
+	p.phase = phaseDraining // exited, the tree SIGKILLed, a descendant holds the pipe
+	p.drainAt = h.clk.Now()
+	p.onTimer(h.clk.Now())
+	if !p.outputsCut {
+		t.Fatal("the drain's end did not close the streams")
+	}
+	if !p.canConsume() {
+		t.Fatal("the streams were closed by force: the actor still does not take what its readers hold, and cannot close")
+	}
+	h.resume()
+	if p.backlogFrom != 0 || !p.canConsume() {
+		t.Fatalf("a resume after the forced close holds a backlog from %d", p.backlogFrom)
+	}
+}
