@@ -520,3 +520,87 @@ func TestIdleConnectionNotSlowConsumer(t *testing.T) {
 		}
 	}
 }
+
+// What an item charges to the outbound budget covers its encoded size
+// (else the budget would hold more memory than it says), without charging
+// grossly more: events of each kind, and the large responses the writer
+// encodes itself.
+func TestChargesCoverEncodedSize(t *testing.T) {
+	within := func(what string, charged, encoded int) {
+		t.Helper()
+		if charged < encoded || charged > 2*encoded+256 {
+			t.Errorf("%s: charges %d for %d encoded bytes", what, charged, encoded)
+		}
+	}
+	for _, n := range []int{0, 1, 2, 3, 4, 1000, 65536} {
+		data := make([]byte, n)
+		for i := range data {
+			data[i] = byte(i * 7)
+		}
+		ev := Event{ProcessID: "proc-1", Kind: EventOutput, Seq: 123456, Stream: Stderr, Data: data}
+		within(fmt.Sprintf("output of %d bytes", n), eventSize(ev), len(encodeEvent(nil, ev)))
+		rr := wire.ReadResult{Chunks: []wire.Chunk{{Seq: 1, Stream: "stdout", Chunk: data}, {Seq: 2, Stream: "pty", Chunk: data}}, NextSeq: 3}
+		size, lazy := lazyResponse(rr)
+		if !lazy {
+			t.Fatalf("a read result is not encoded by the writer")
+		}
+		within(fmt.Sprintf("a read of 2x%d bytes", n), size, len(encodeResponse(nil, wire.IntID(7), rr, nil)))
+		hr := wire.HTTPResponse{Status: 200, Headers: []wire.HTTPHeader{{Name: "content-type", Value: "text/plain"}}, BodyBase64: data}
+		size, lazy = lazyResponse(hr)
+		if !lazy {
+			t.Fatalf("an http response is not encoded by the writer")
+		}
+		within(fmt.Sprintf("an http response of %d bytes", n), size, len(encodeResponse(nil, wire.IntID(7), hr, nil)))
+	}
+	for _, ev := range []Event{
+		{ProcessID: "proc-1", Kind: EventExited, Seq: 99, ExitCode: 137, Limit: "memory"},
+		{ProcessID: "proc-1", Kind: EventClosed, Seq: 100},
+		{ProcessID: "proc-1", Kind: EventMessage, Data: []byte(`{"jsonrpc":"2.0","method":"x","params":{}}`)},
+	} {
+		within(fmt.Sprintf("event kind %d", ev.Kind), eventSize(ev), len(encodeEvent(nil, ev)))
+	}
+	if _, lazy := lazyResponse(map[string]any{"ok": true}); lazy {
+		t.Errorf("a small result is encoded by the writer")
+	}
+}
+
+// closeRecorder records the close frame a connection's end sends.
+type closeRecorder struct {
+	*memTransport
+	code   int
+	reason string
+}
+
+func (c *closeRecorder) CloseWith(code int, reason string) error {
+	c.code, c.reason = code, reason
+	return c.memTransport.Close()
+}
+
+// How a connection ends is told in its close frame: 1008 for a slow
+// consumer, 1002 with the violation for a protocol error, 1001 for a
+// shutdown; anything else ends it without one.
+func TestCloseFrameForCause(t *testing.T) {
+	for _, c := range []struct {
+		cause  error
+		code   int
+		reason string
+	}{
+		{&ConnError{Reason: ReasonSlowConsumer}, wire.ClosePolicy, "slow consumer"},
+		{&ConnError{Reason: ReasonProtocol, Err: errors.New("a response from the client")}, wire.CloseProtocolError, "protocol violation: a response from the client"},
+		{&ConnError{Reason: ReasonShutdown}, wire.CloseGoingAway, "server shutting down"},
+		{&ConnError{Reason: ReasonTransportLost}, 0, ""},
+		{errors.New("other"), 0, ""},
+	} {
+		_, server := memPipe()
+		r := &closeRecorder{memTransport: server}
+		closeFor(r, c.cause)
+		if r.code != c.code || !strings.HasPrefix(r.reason, c.reason) {
+			t.Errorf("%v: close %d %q; want %d %q", c.cause, r.code, r.reason, c.code, c.reason)
+		}
+		select {
+		case <-server.Closed():
+		default:
+			t.Errorf("%v: the transport was not closed", c.cause)
+		}
+	}
+}
