@@ -223,3 +223,90 @@ func limitedNeverSpare(t *testing.T, lim Limits) {
 		}
 	}
 }
+
+// Release of a tree that already ended keeps its cgroup as a spare (it
+// was never killed); a group released after its Manager closed is removed,
+// not kept; Close removes the spares and the Manager's own directory.
+func TestSpareLifecycleAroundClose(t *testing.T) {
+	m := NewManager(ModeCgroup2)
+	if m.Mode() != ModeCgroup2 {
+		_ = m.Close()
+		t.Skipf("no writable cgroup v2 hierarchy here (mode %s)", m.Mode())
+	}
+	g1, err := m.NewGroup(Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare := g1.v2
+	if err := runIn(t, g1, "true"); err != nil {
+		t.Fatal(err)
+	}
+	g1.Release()
+	if len(m.spare) != 1 {
+		t.Fatalf("Release of an ended tree: %d spares; want its cgroup kept", len(m.spare))
+	}
+	g2, err := m.NewGroup(Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g3, err := m.NewGroup(Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.v2 != spare {
+		t.Fatalf("the next group got %s; want the spare %s", g2.v2, spare)
+	}
+	if err := runIn(t, g2, "true"); err != nil {
+		t.Fatal(err)
+	}
+	if err := runIn(t, g3, "true"); err != nil {
+		t.Fatal(err)
+	}
+	g2.Release() // a spare again
+	if len(m.spare) != 1 {
+		t.Fatalf("%d spares; want 1", len(m.spare))
+	}
+	// g3 outlives its Manager (release order is the caller's): Close fails
+	// to remove the directory g3 still has, nothing else.
+	err = m.Close()
+	if _, serr := os.Stat(spare); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("Close left the spare %s (%v)", spare, serr)
+	}
+	if len(m.spare) != 0 {
+		t.Errorf("Close left %d spares", len(m.spare))
+	}
+	if err == nil {
+		t.Errorf("Close removed its directory though %s is in it", g3.v2)
+	}
+	dir := g3.v2
+	if !g3.ReleaseIfEmpty() {
+		t.Fatal("an ended tree's group was not released")
+	}
+	if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("a group released after its Manager closed kept its cgroup %s (%v)", dir, serr)
+	}
+	if len(m.spare) != 0 {
+		t.Errorf("a group released after Close became a spare")
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("Close again, nothing left: %v", err)
+	}
+	if _, serr := os.Stat(m.v2); !errors.Is(serr, os.ErrNotExist) {
+		t.Errorf("the Manager's directory %s is left (%v)", m.v2, serr)
+	}
+}
+
+// Without cgroups a group has nothing to release early: ReleaseIfEmpty
+// says so, and the group contains nothing.
+func TestReleaseIfEmptyWithoutCgroups(t *testing.T) {
+	m := NewManager(ModePgroup)
+	defer m.Close()
+	g, err := m.NewGroup(Limits{CPUSeconds: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release()
+	if g.Contained() || g.CgroupFD() != -1 || g.ReleaseIfEmpty() {
+		t.Errorf("a group without cgroups: contained %v, fd %d, released early %v", g.Contained(), g.CgroupFD(), g.ReleaseIfEmpty())
+	}
+}
