@@ -379,3 +379,28 @@ func TestUnreadRuleYieldsToForcedClose(t *testing.T) {
 		t.Fatalf("a resume after the forced close holds a backlog from %d", p.backlogFrom)
 	}
 }
+
+// An acknowledgement never goes back: a client re-reading older history
+// (process/read after an earlier seq) does not make output it already
+// acknowledged unread again, so the actor keeps taking output.
+func TestAckNeverGoesBack(t *testing.T) {
+	h := newUnreadHarness(t, 10*unreadChunk, 1000)
+	p := h.p
+	h.produce(8)
+	h.deliverAll()
+	p.subscriberLost()
+	h.read(p.nextSeq - 1) // everything acknowledged
+	acked := p.acked
+	if !p.canConsume() {
+		t.Fatal("detached, everything acknowledged: the actor does not read")
+	}
+	if r := h.read(0); len(r.Chunks) == 0 {
+		t.Fatal("re-reading the history returned nothing")
+	}
+	if p.acked != acked || !p.canConsume() {
+		t.Fatalf("a re-read from seq 0 moved the acknowledgement to %d (was %d) and the actor reads: %v", p.acked, acked, p.canConsume())
+	}
+	if took := h.produce(5); took != 5 {
+		t.Fatalf("after a re-read: took %d chunks; want 5", took)
+	}
+}
