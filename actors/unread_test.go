@@ -1,7 +1,9 @@
 package actors
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -402,5 +404,30 @@ func TestAckNeverGoesBack(t *testing.T) {
 	}
 	if took := h.produce(5); took != 5 {
 		t.Fatalf("after a re-read: took %d chunks; want 5", took)
+	}
+}
+
+// History reports evicted output as a gap wherever it is, the end
+// included: output too large for retention evicts everything, itself too,
+// and the history is one gap to the last seq, never silently empty; the
+// next output follows the gap.
+func TestHistoryEndsWithGap(t *testing.T) {
+	h := newUnreadHarness(t, 10*unreadChunk, 1000)
+	p := h.p
+	h.produce(2)
+	p.handleFact(outputReadMsg{stream: Stdout, data: make([]byte, 20*unreadChunk)}) // seq 3, larger than retention
+	show := func(hist []Event) string {
+		var s []string
+		for _, ev := range hist {
+			s = append(s, fmt.Sprintf("kind %d seq %d-%d", ev.Kind, ev.Seq, ev.To))
+		}
+		return strings.Join(s, ", ")
+	}
+	if hist := p.subscribe(0, 4).History; len(hist) != 1 || hist[0].Kind != EventGap || hist[0].Seq != 1 || hist[0].To != 3 {
+		t.Fatalf("history [%s]; want one gap 1..3", show(hist))
+	}
+	h.produce(1)
+	if hist := p.subscribe(0, 4).History; len(hist) != 2 || hist[0].Kind != EventGap || hist[0].To != 3 || hist[1].Kind != EventOutput || hist[1].Seq != 4 {
+		t.Fatalf("history [%s]; want a gap 1..3, then output 4", show(hist))
 	}
 }
