@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -397,12 +398,12 @@ func TestQueueTakesReadyItemsTogether(t *testing.T) {
 	}
 }
 
-// countingClock is a fakeClock whose timers count their Reset and Stop
+// countingClock is a fake clock whose timers count their Reset and Stop
 // calls, each counted once it took effect: the slow-consumer watchdog
 // ends its handling of every tick with one of them (or with the latch), so
 // a test knows the tick was handled.
 type countingClock struct {
-	*fakeClock
+	*clocktest.Clock
 	ops atomic.Int64
 }
 
@@ -411,41 +412,32 @@ type countingTimer struct {
 	ops *atomic.Int64
 }
 
-func (c *countingClock) NewTimer() Timer       { return &countingTimer{c.fakeClock.NewTimer(), &c.ops} }
+func (c *countingClock) NewTimer() Timer       { return &countingTimer{c.Clock.NewTimer(), &c.ops} }
 func (t *countingTimer) Reset(d time.Duration) { t.Timer.Reset(d); t.ops.Add(1) }
 func (t *countingTimer) Stop()                 { t.Timer.Stop(); t.ops.Add(1) }
 
-// due reports whether advancing c by d fires a timer.
-func (c *countingClock) due(d time.Duration) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, t := range c.timers {
-		if !t.at.IsZero() && !c.now.Add(d).Before(t.at) {
-			return true
-		}
-	}
-	return false
-}
-
-// tick advances c by d and, when that fires the watchdog, waits (bounded)
-// until the queue goroutine handled the tick or the connection ended
-// (done then holds its cause, put back for the caller).
+// tick advances c by d, one due deadline at a time: after each fire it
+// waits (bounded) until the queue goroutine handled the tick or the
+// connection ended (done then holds its cause, put back for the caller).
 func (c *countingClock) tick(t *testing.T, d time.Duration, done chan error) {
 	t.Helper()
-	fires, before := c.due(d), c.ops.Load()
-	c.Advance(d)
-	if !fires {
-		return
-	}
-	deadline := time.After(10 * time.Second)
-	for c.ops.Load() == before {
-		select {
-		case err := <-done:
-			done <- err
+	end := c.Now().Add(d)
+	for {
+		before := c.ops.Load()
+		if !c.AdvanceWithin(end.Sub(c.Now())) {
+			c.Advance(end.Sub(c.Now()))
 			return
-		case <-deadline:
-			t.Fatal("the watchdog's tick was not handled within 10s")
-		case <-time.After(time.Millisecond):
+		}
+		deadline := time.After(10 * time.Second)
+		for c.ops.Load() == before {
+			select {
+			case err := <-done:
+				done <- err
+				return
+			case <-deadline:
+				t.Fatal("the watchdog's tick was not handled within 10s")
+			case <-time.After(time.Millisecond):
+			}
 		}
 	}
 }
@@ -459,7 +451,7 @@ func (c *countingClock) tick(t *testing.T, d time.Duration, done chan error) {
 // time).
 func TestIdleConnectionNotSlowConsumer(t *testing.T) {
 	const timeout = time.Second
-	clk := &countingClock{fakeClock: newFakeClock()}
+	clk := &countingClock{Clock: clocktest.New()}
 	sup := NewSupervisor(Config{
 		Proc: ProcConfig{RetainBytes: 64 << 10, RetainChunks: 50_000, ClosedRetention: time.Minute,
 			DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},

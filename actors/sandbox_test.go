@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -424,14 +425,24 @@ func testSandboxCwdIsProjectRoot(t *testing.T, sup *Supervisor) {
 		{Kind: "special", Special: "root", Access: "read"},
 		{Kind: "special", Special: "project_roots", Access: "write"},
 	}}}
-	env := []string{"PATH=/usr/bin:/bin"}
-	p, werr := sup.SandboxFor(sb, outside, env)
-	if werr != nil {
-		t.Fatal(werr)
+	script := `pwd
+(echo x > ` + ws + `/new) 2>/dev/null && echo sandbox-cwd OK || echo sandbox-cwd DENIED
+(echo x > ./new) 2>/dev/null && echo process-cwd OK || echo process-cwd DENIED`
+	rec := newRecorder(256)
+	res, err := sup.Start(context.Background(), &ownerLog{}, StartRequest{ID: "cwd", Argv: []string{"/usr/bin/bash", "-c", script},
+		Cwd: outside, Env: map[string]string{"PATH": "/usr/bin:/bin"}, Sandbox: sb, Subscriber: *rec.sub()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	r := runConfined(t, sup, outside, p, contain.Limits{}, `pwd
-(echo x > `+ws+`/new) 2>/dev/null && echo sandbox-cwd OK || echo sandbox-cwd DENIED
-(echo x > ./new) 2>/dev/null && echo process-cwd OK || echo process-cwd DENIED`)
+	if !res.Sandboxed {
+		t.Fatal("the start is not sandboxed")
+	}
+	var r runResult
+	for _, ev := range rec.untilClosed(t, 30*time.Second) {
+		if ev.Kind == EventOutput {
+			r.out += string(ev.Data)
+		}
+	}
 	for _, w := range []string{outside + "\n", "sandbox-cwd OK", "process-cwd DENIED"} {
 		if !strings.Contains(r.out, w) {
 			t.Errorf("want %q in %q", w, r.out)
