@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -519,15 +517,15 @@ func (c *conn) start(msg wire.Message) {
 
 // absPath accepts an absolute path or a file: URI.
 func absPath(p string) (string, error) {
-	if strings.HasPrefix(p, "file:") {
-		u, err := url.Parse(p)
+	if wire.IsFileURI(p) {
+		np, err := wire.ParseFileURI(p)
+		if ue := (*wire.FileURIError)(nil); errors.As(err, &ue) && ue.Host != "" {
+			return "", fmt.Errorf("is a file URI with a foreign host %q: %s", ue.Host, p)
+		}
 		if err != nil {
 			return "", fmt.Errorf("is not a valid file URI: %s", p)
 		}
-		if u.Host != "" && u.Host != "localhost" {
-			return "", fmt.Errorf("is a file URI with a foreign host %q: %s", u.Host, p)
-		}
-		p = u.Path
+		p = np
 	}
 	if !filepath.IsAbs(p) {
 		return "", fmt.Errorf("must be absolute: %s", p)

@@ -1,8 +1,6 @@
 package actors
 
 import (
-	"net/url"
-
 	"github.com/runtimed/runtimed/actors/hostenv"
 	"github.com/runtimed/runtimed/wire"
 )
@@ -39,12 +37,13 @@ func environmentInfo(h hostenv.Info, caps wire.Capabilities) wire.EnvironmentInf
 	return info
 }
 
-// fileURI turns an absolute native path into a file: URI ("" stays "").
+// fileURI turns an absolute native path into a file: URI with
+// wire.FileURI, the encoder of every fs/* answer too ("" stays "").
 func fileURI(p string) string {
 	if p == "" {
 		return ""
 	}
-	return (&url.URL{Scheme: "file", Path: p}).String()
+	return wire.FileURI(p)
 }
 
 func fileURIs(ps []string) []string {

@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -175,15 +174,15 @@ func resolve(sb *wire.Sandbox, dir string, env []string, keepMissing bool) (*san
 
 // NativePath accepts an absolute path or a file: URI (empty or localhost host).
 func NativePath(s string) (string, error) {
-	if strings.HasPrefix(s, "file:") {
-		u, err := url.Parse(s)
+	if wire.IsFileURI(s) {
+		p, err := wire.ParseFileURI(s)
+		if ue := (*wire.FileURIError)(nil); errors.As(err, &ue) && ue.Host != "" {
+			return "", fmt.Errorf("file URI with foreign host %q: %s", ue.Host, s)
+		}
 		if err != nil {
 			return "", fmt.Errorf("not a valid file URI: %s", s)
 		}
-		if u.Host != "" && u.Host != "localhost" {
-			return "", fmt.Errorf("file URI with foreign host %q: %s", u.Host, s)
-		}
-		s = u.Path
+		s = p
 	}
 	if !filepath.IsAbs(s) {
 		return "", fmt.Errorf("path must be absolute: %s", s)

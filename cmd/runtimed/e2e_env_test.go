@@ -5,13 +5,14 @@ package main_test
 
 import (
 	"encoding/json"
-	"net/url"
+
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"testing"
 
+	"github.com/runtimed/runtimed/wire"
 	"github.com/runtimed/runtimed/wire/wiretest"
 )
 
@@ -48,7 +49,7 @@ type envInfo struct {
 	Capabilities         map[string]bool `json:"capabilities"`
 }
 
-func fileURI(p string) string { return (&url.URL{Scheme: "file", Path: p}).String() }
+func fileURI(p string) string { return wire.FileURI(p) } // the one encoder (wire/uri.go)
 
 // handshakeEnv runs initialize (as Codex 0.135 sends it: no resumeSessionId) and initialized, and
 // returns the raw initialize result.
