@@ -179,7 +179,7 @@ func TestArchitectureDiagramCheck(t *testing.T) {
 		t.Fatalf("equal graphs differ: %v %v", m, e)
 	}
 	for _, tc := range []struct {
-		code          map[string][]string
+		code           map[string][]string
 		missing, extra string
 	}{
 		{map[string][]string{"a": {"b", "c"}, "b": {"c"}, "c": {}, "d": {}}, "package d", ""},
