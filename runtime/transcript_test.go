@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strconv"
@@ -14,8 +17,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
-	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/runtimed/runtimed/actors/sandbox"
 	"github.com/runtimed/runtimed/wire"
 	"github.com/runtimed/runtimed/wire/wiretest"
 )
@@ -29,32 +33,54 @@ import (
 //
 // and read the diff: it is the protocol change.
 func TestTranscripts(t *testing.T) {
-	wiretest.RunTranscripts(t, "testdata/transcripts", transcriptConfig())
+	t.Setenv("TMPDIR", t.TempDir()) // environment/info reports it: $TEMPDIR
+	wiretest.RunTranscripts(t, "testdata/transcripts", transcriptConfig(t))
 }
 
 // TestProtocolDocExamples runs the exchanges of docs/PROTOCOL.md (its
 // "→"/"←" blocks) against a real Server, and checks that every JSON example
 // there has the shape of a frame of the transcripts, which the server
 // answers: a renamed, added or removed field fails one or the other.
-func xTestProtocolDocExamples(t *testing.T) {
-	// wiretest.CheckDocExamples(t, "../docs/PROTOCOL.md", "testdata/transcripts", transcriptConfig())
+func TestProtocolDocExamples(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	wiretest.CheckDocExamples(t, "../docs/PROTOCOL.md", "testdata/transcripts", transcriptConfig(t))
 }
 
-func transcriptConfig() wiretest.TranscriptConfig {
+// transcriptConfig: the host's values become variables ($HOME, $CWD,
+// $TEMPDIR; $HTTP is a local HTTP server answering "hello" to any
+// request) and what differs between hosts or runs (the shell, the
+// version, the provider id, which capabilities are true, Date headers) is
+// normalised.
+func transcriptConfig(t *testing.T) wiretest.TranscriptConfig {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "hello")
+	}))
+	t.Cleanup(hs.Close)
+	cwd, _ := os.Getwd()
+	home, _ := os.UserHomeDir()
 	return wiretest.TranscriptConfig{
 		Start: transcriptServer,
+		Vars:  map[string]string{"HTTP": hs.URL, "CWD": cwd, "HOME": home, "TEMPDIR": os.TempDir()},
 		Normalize: []wiretest.Rewrite{
-			// The host's description (its own transcript pins the fields).
+			// The handshake's copy of environmentInfo (environment.txt pins its fields).
 			{Re: regexp.MustCompile(`"environmentInfo":\{.*\}\}\}$`), With: `"environmentInfo":{…}}}`},
+			{Re: regexp.MustCompile(`"shell":\{"name":"[^"]*","path":"[^"]*"\}`), With: `"shell":{"name":"<shell>","path":"<shell>"}`},
+			{Re: regexp.MustCompile(`"executorVersion":"[^"]*"`), With: `"executorVersion":"<version>"`},
+			{Re: regexp.MustCompile(`"providerId":"sha256:[0-9a-f]+"`), With: `"providerId":"sha256:<id>"`},
+			{Re: regexp.MustCompile(`"capabilities":\{[^}]*\}`), Func: func(m string) string {
+				return regexp.MustCompile(`:(true|false)`).ReplaceAllString(m, ":<bool>")
+			}},
+			{Re: regexp.MustCompile(`\{"name":"date","value":"[^"]*"\}`), With: `{"name":"date","value":"<date>"}`},
 		},
-		Commands: map[string]func(*testing.T, *wiretest.Transcript, *datadriven.TestData) string{"pid-gone": pidGoneCmd},
+		Commands: map[string]func(*testing.T, *wiretest.Transcript, *datadriven.TestData) string{"pid-gone": pidGoneCmd, "skip-unless-sandbox": skipUnlessSandbox},
 	}
 }
 
 // transcriptServer starts a Server of its own for one transcript file;
 // each connection is a MemPipe it serves (resumable, as a websocket is).
 func transcriptServer(t *testing.T) func() wire.Transport {
-	srv := NewServer(Config{Logger: zap.NewNop(), DetachTTL: 5 * time.Second})
+	srv := NewServer(Config{Logger: zaptest.NewLogger(t), DetachTTL: 5 * time.Second})
 	var served sync.WaitGroup
 	t.Cleanup(func() {
 		_ = srv.Close()
@@ -111,4 +137,18 @@ func pidGone(pid int) bool {
 		return false
 	}
 	return b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// skip-unless-sandbox: skips the rest of the file on a host that cannot
+// confine a process's file system and network (no Landlock, no seccomp),
+// where a sandboxed process/start is refused (-32602, saying so).
+func skipUnlessSandbox(t *testing.T, _ *wiretest.Transcript, d *datadriven.TestData) string {
+	h, err := sandbox.Probe(t.TempDir())
+	if err == nil {
+		err = h.Check(&sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}}})
+	}
+	if err != nil {
+		t.Skipf("%s: %v", d.Pos, err)
+	}
+	return ""
 }

@@ -90,10 +90,12 @@ type TranscriptConfig struct {
 	Timeout time.Duration
 }
 
-// Rewrite replaces what Re matches with With (regexp.ReplaceAllString).
+// Rewrite replaces what Re matches with With (regexp.ReplaceAllString),
+// or with what Func returns for it when Func is set.
 type Rewrite struct {
 	Re   *regexp.Regexp
 	With string
+	Func func(match string) string
 }
 
 // GateFunc is $GATE: a sh function, `gate FILE` waits until FILE exists.
@@ -198,6 +200,10 @@ func (s *Transcript) normalise(frame string) string {
 	frame = pidRe.ReplaceAllString(frame, `"pid":<pid>`)
 	frame = msRe.ReplaceAllString(frame, `"$1":<ms>`)
 	for _, r := range s.cfg.Normalize {
+		if r.Func != nil {
+			frame = r.Re.ReplaceAllStringFunc(frame, r.Func)
+			continue
+		}
 		frame = r.Re.ReplaceAllString(frame, r.With)
 	}
 	return frame
@@ -247,6 +253,10 @@ func (s *Transcript) run(t *testing.T, d *datadriven.TestData) string {
 func (s *Transcript) conn(t *testing.T, d *datadriven.TestData) *tconn {
 	name := "c"
 	d.MaybeScanArgs(t, "conn", &name)
+	return s.connByName(name)
+}
+
+func (s *Transcript) connByName(name string) *tconn {
 	if c, ok := s.conns[name]; ok {
 		return c
 	}
