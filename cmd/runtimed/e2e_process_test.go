@@ -16,73 +16,7 @@ import (
 	"github.com/runtimed/runtimed/wire/wiretest"
 )
 
-// PROTOCOL.md §2/§4: -32602 for decode failures (naming the field), empty argv, bad base64, empty
-// writeId, and a sandbox intent.
-func TestInvalidParams(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr transport) {
-		c := session(t, tr)
-		ctx := tctx(t, wait)
-		dir := t.TempDir()
-
-		_, err := call(ctx, c, "process/read", map[string]any{})
-		wantRPCErrorContains(t, "process/read without processId", err, -32602, "processId")
-		_, err = call(ctx, c, "process/read", map[string]any{"processId": 5})
-		wantRPCErrorContains(t, "process/read with numeric processId", err, -32602, "processId")
-		_, err = call(ctx, c, "process/read", nil)
-		if err == nil {
-			t.Errorf("process/read without params: want an error")
-		}
-		_, err = call(ctx, c, "process/terminate", map[string]any{"processId": true})
-		wantRPCErrorContains(t, "process/terminate with boolean processId", err, -32602, "processId")
-		_, err = call(ctx, c, "process/start", map[string]any{"processId": "p", "cwd": dir, "env": map[string]string{}, "tty": false})
-		wantRPCErrorContains(t, "process/start without argv", err, -32602, "argv")
-		_, err = call(ctx, c, "process/start", map[string]any{"processId": "p", "argv": "true", "cwd": dir, "env": map[string]string{}, "tty": false})
-		wantRPCErrorContains(t, "process/start with string argv", err, -32602, "argv")
-
-		p := shProc("p", dir, "exit 0")
-		p.Argv = []string{}
-		_, err = call(ctx, c, "process/start", p)
-		wantRPCError(t, "process/start with empty argv", err, -32602, "argv must not be empty")
-
-		sb := map[string]any{"processId": "p", "argv": []string{"true"}, "cwd": dir, "env": baseEnv(), "tty": false,
-			"sandbox": map[string]any{"mode": "read-only"}}
-		_, err = call(ctx, c, "process/start", sb)
-		wantRPCError(t, "process/start with a malformed sandbox", err, -32602, "missing field `sandbox.permissions`")
-
-		// None of the refused starts took the id.
-		mustStart(t, c, shProc("p", dir, "exit 0"))
-		mustCollect(t, c, "p")
-
-		cat := wiretest.StartParams{ProcessID: "cat", Argv: []string{"cat"}, Cwd: dir, Env: baseEnv(), PipeStdin: true}
-		mustStart(t, c, cat)
-		_, err = call(ctx, c, "process/write", map[string]any{"processId": "cat", "chunk": "!!not base64!!"})
-		wantRPCErrorContains(t, "process/write with bad base64", err, -32602)
-		_, err = call(ctx, c, "process/write", map[string]any{"processId": "cat"})
-		wantRPCErrorContains(t, "process/write without chunk", err, -32602, "chunk")
-		_, err = call(ctx, c, "process/write", map[string]any{"processId": "cat", "chunk": "aGkK", "writeId": ""})
-		wantRPCError(t, "process/write with empty writeId", err, -32602, "writeId must not be empty")
-		_, err = call(ctx, c, "process/read", map[string]any{"processId": "cat", "afterSeq": "one"})
-		wantRPCErrorContains(t, "process/read with string afterSeq", err, -32602, "afterSeq")
-
-		// Nothing reached the child: a later write is the only output.
-		w := c.Watch("cat")
-		if st, err := c.Write(ctx, "cat", []byte("only\n"), ""); err != nil || st != "accepted" {
-			t.Fatalf("write: %q %v", st, err)
-		}
-		if err := w.WaitOutput(ctx, "only\n"); err != nil {
-			t.Fatal(err)
-		}
-		if got := string(w.Log.Output()); got != "only\n" {
-			t.Errorf("cat output %q, want %q (a refused write reached the child?)", got, "only\n")
-		}
-		if _, err := c.Terminate(ctx, "cat"); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.WaitClosed(ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
-}
+// Params that do not decode: runtime/testdata/transcripts/invalid_params.txt.
 
 // PROTOCOL.md §2: unknown fields are ignored; optional fields may be omitted or null.
 func TestOptionalAndUnknownFields(t *testing.T) {
