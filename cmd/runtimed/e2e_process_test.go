@@ -562,62 +562,7 @@ func TestSignal(t *testing.T) {
 	})
 }
 
-// PROTOCOL.md §4: duplicate ids, spawn failures (the id is free again at once), unknown ids, cwd forms,
-// argv[0] lookup.
-func TestStartErrorsAndIDs(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr transport) {
-		c := session(t, tr)
-		ctx := tctx(t, wait)
-		dir := t.TempDir()
-
-		mustStart(t, c, shProc("dup", dir, fmt.Sprintf(`gate %s`, shq(filepath.Join(dir, "rel")))))
-		err := c.Start(ctx, shProc("dup", dir, "exit 0"))
-		wantRPCError(t, "duplicate running id", err, -32600, "process dup already exists")
-		release(t, filepath.Join(dir, "rel"))
-		mustCollect(t, c, "dup")
-		err = c.Start(ctx, shProc("dup", dir, "exit 0"))
-		wantRPCError(t, "duplicate closed (retained) id", err, -32600, "process dup already exists")
-
-		missing := wiretest.StartParams{ProcessID: "bad", Argv: []string{"/nonexistent/runtimed-e2e-missing"}, Cwd: dir, Env: baseEnv()}
-		err = c.Start(ctx, missing)
-		wantRPCErrorContains(t, "missing binary", err, -32603, "no such file or directory")
-		p := shProc("bad", dir, "printf ok")
-		mustStart(t, c, p)
-		if l := mustCollect(t, c, "bad"); string(l.Output()) != "ok" || exitCodeOf(t, l) != 0 {
-			t.Errorf("restart after spawn failure:\n%s", l.Summary())
-		}
-
-		notOnPath := wiretest.StartParams{ProcessID: "nopath", Argv: []string{"runtimed-e2e-no-such-command"}, Cwd: dir, Env: baseEnv()}
-		err = c.Start(ctx, notOnPath)
-		wantRPCErrorContains(t, "command not on PATH", err, -32603)
-
-		badCwd := shProc("badcwd", "/nonexistent-runtimed-e2e-dir", "exit 0")
-		err = c.Start(ctx, badCwd)
-		wantRPCErrorContains(t, "missing cwd", err, -32603, "no such file or directory")
-		mustStart(t, c, shProc("badcwd", dir, "exit 0"))
-		mustCollect(t, c, "badcwd")
-
-		_, err = c.Read(ctx, wiretest.ReadParams{ProcessID: "nope"})
-		wantRPCError(t, "read of an unknown process", err, -32600, "unknown process id nope")
-		_, err = c.Read(ctx, wiretest.ReadParams{ProcessID: "nopath"})
-		wantRPCError(t, "read of a process whose spawn failed", err, -32600, "unknown process id nopath")
-
-		// cwd: an absolute path or a file: URI.
-		for i, cwd := range []string{dir, "file://" + dir} {
-			id := fmt.Sprintf("pwd-%d", i)
-			mustStart(t, c, wiretest.StartParams{ProcessID: id, Argv: []string{"pwd", "-P"}, Cwd: cwd, Env: baseEnv()})
-			real, _ := filepath.EvalSymlinks(dir)
-			if got := strings.TrimSpace(string(mustCollect(t, c, id).Output())); got != real {
-				t.Errorf("cwd %q: pwd printed %q, want %q", cwd, got, real)
-			}
-		}
-		// argv[0] falls back to /bin:/usr/bin when env has no PATH.
-		mustStart(t, c, wiretest.StartParams{ProcessID: "fallback", Argv: []string{"printf", "fb"}, Cwd: dir, Env: map[string]string{}})
-		if got := string(mustCollect(t, c, "fallback").Output()); got != "fb" {
-			t.Errorf("PATH fallback: output %q, want fb", got)
-		}
-	})
-}
+// process/start refusals and ids: runtime/testdata/transcripts/start_errors.txt.
 
 // PROTOCOL.md §4: without envPolicy the environment is exactly env; envPolicy builds a base from the
 // server's environment.

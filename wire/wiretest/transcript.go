@@ -3,6 +3,7 @@ package wiretest
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -67,7 +68,8 @@ import (
 // file's own), $GATE (a sh function: `gate FILE` waits until FILE exists)
 // and TranscriptConfig.Vars, and <uuid:N> for the N-th UUID the server
 // sent. Outputs are normalised so that they do not depend on the run:
-// variable values become $NAME again, UUIDs <uuid:N> (numbered by first
+// variable values become $NAME again (inside base64 payloads too: the
+// payload is decoded, substituted and encoded again), UUIDs <uuid:N> (numbered by first
 // appearance in the file), "pid" values <pid>, *AtMs values <ms>, then
 // TranscriptConfig.Normalize applies. Request ids are whatever the lines
 // say: they are part of the transcript.
@@ -173,7 +175,9 @@ func (s *Transcript) Expand(in string) string {
 var (
 	uuidRe = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	pidRe  = regexp.MustCompile(`"pid":[0-9]+`)
-	msRe   = regexp.MustCompile(`"([A-Za-z]+AtMs)":[0-9]+`)
+	// base64Field is a base64 member of a frame.
+	base64Field = regexp.MustCompile(`("(?:chunk|dataBase64|bodyBase64|delta)":")([A-Za-z0-9+/=]+)"`)
+	msRe        = regexp.MustCompile(`"([A-Za-z]+AtMs)":[0-9]+`)
 )
 
 // normalise makes one output frame independent of the run.
@@ -186,9 +190,26 @@ func (s *Transcript) normalise(frame string) string {
 		}
 	}
 	sort.Slice(vars, func(i, j int) bool { return len(vars[i].v) > len(vars[j].v) })
-	for _, e := range vars {
-		frame = strings.ReplaceAll(frame, e.v, "$"+e.k)
+	subst := func(x string) string {
+		for _, e := range vars {
+			x = strings.ReplaceAll(x, e.v, "$"+e.k)
+		}
+		return x
 	}
+	// Base64 payloads (output chunks, file data, bodies) get the same
+	// substitutions in their decoded bytes, then are encoded again.
+	frame = base64Field.ReplaceAllStringFunc(frame, func(m string) string {
+		sub := base64Field.FindStringSubmatch(m)
+		raw, err := base64.StdEncoding.DecodeString(sub[2])
+		if err != nil {
+			return m
+		}
+		if out := subst(string(raw)); out != string(raw) {
+			return sub[1] + base64.StdEncoding.EncodeToString([]byte(out)) + `"`
+		}
+		return m
+	})
+	frame = subst(frame)
 	frame = uuidRe.ReplaceAllStringFunc(frame, func(u string) string {
 		name, ok := s.uuids[u]
 		if !ok {

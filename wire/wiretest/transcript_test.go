@@ -1,6 +1,7 @@
 package wiretest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -95,6 +96,10 @@ func TestTranscriptNormalise(t *testing.T) {
 	want := `{"a":"$TMP/f","b":"$T/g","s":"<uuid:1>","t":"<uuid:2>","u":"<uuid:1>","pid":<pid>,"modifiedAtMs":<ms>,"v":"<v>"}`
 	if got := s.normalise(in); got != want {
 		t.Errorf("normalise:\n got %s\nwant %s", got, want)
+	}
+	chunk := func(s string) string { return `{"chunk":"` + base64.StdEncoding.EncodeToString([]byte(s)) + `"}` }
+	if got, want := s.normalise(chunk("in /tmp/x/001/f\n")), chunk("in $TMP/f\n"); got != want {
+		t.Errorf("normalise of a chunk = %s, want %s", got, want)
 	}
 	if got := s.Expand(`{"resume":"<uuid:2>","cwd":"$TMP","x":"$UNKNOWN $1"}`); got != `{"resume":"0a0b0c0d-0000-4000-8000-000000000002","cwd":"/tmp/x/001","x":"$UNKNOWN $1"}` {
 		t.Errorf("Expand = %s", got)
