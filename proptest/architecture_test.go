@@ -1,17 +1,13 @@
 package proptest
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -19,37 +15,12 @@ import (
 	"testing"
 )
 
-// moduleRoot is the directory of go.mod.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command(goTool(), "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
-}
-
 // moduleGraph lists the module's packages (relative paths) and each one's
 // non-test imports of the module.
 func moduleGraph(t *testing.T, root string) map[string][]string {
 	t.Helper()
-	cmd := exec.Command(goTool(), "list", "-e", "-json", "./...")
-	cmd.Dir = root
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
 	graph := map[string][]string{}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for {
-		var p listedPackage
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("decode go list output: %v", err)
-		}
+	for _, p := range goList(t, root) {
 		from := strings.TrimPrefix(p.ImportPath, modulePath+"/")
 		graph[from] = []string{}
 		for _, imp := range p.Imports {

@@ -1,9 +1,6 @@
 package runtime
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -109,34 +106,18 @@ func pidGoneCmd(t *testing.T, s *wiretest.Transcript, d *datadriven.TestData) st
 		d.Fatalf(t, "pid-gone: %s: %q %v", file, b, err)
 	}
 	t.Cleanup(func() {
-		if !pidGone(pid) {
+		if !wiretest.PidGone(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
 	deadline := time.Now().Add(bound)
-	for !pidGone(pid) {
+	for !wiretest.PidGone(pid) {
 		if time.Now().After(deadline) {
 			d.Fatalf(t, "pid %d (from %s) still alive after %v", pid, file, bound)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	return ""
-}
-
-// pidGone: no such process, or a zombie (its parent has not reaped it yet).
-func pidGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
-	}
-	return b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
 // skip-unless-sandbox: skips the rest of the file on a host that cannot
