@@ -71,62 +71,7 @@ func TestOptionalAndUnknownFields(t *testing.T) {
 	})
 }
 
-// PROTOCOL.md §4: exit codes are the code on a normal exit, 128+N when killed by signal N.
-func TestExitCodes(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr transport) {
-		c := session(t, tr)
-		dir := t.TempDir()
-		cases := []struct {
-			script string
-			code   int
-		}{
-			{"exit 0", 0},
-			{"exit 7", 7},
-			{"kill -9 $$", 137},
-			{"kill -TERM $$", 143},
-		}
-		var wg sync.WaitGroup
-		for i, tc := range cases {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				id := fmt.Sprintf("exit-%d", i)
-				ctx := tctx(t, wait)
-				if err := c.Start(ctx, shProc(id, dir, tc.script)); err != nil {
-					t.Errorf("start %q: %v", tc.script, err)
-					return
-				}
-				l, err := c.CollectProcess(ctx, id)
-				if err != nil {
-					t.Errorf("%q: %v", tc.script, err)
-					return
-				}
-				if err := l.CheckSequence(); err != nil {
-					t.Error(err)
-				}
-				if e := l.Exited(); e == nil || e.ExitCode == nil || *e.ExitCode != tc.code {
-					t.Errorf("%q: want exit code %d\n%s", tc.script, tc.code, l.Summary())
-				}
-				r, err := c.Read(ctx, wiretest.ReadParams{ProcessID: id})
-				if err != nil {
-					t.Errorf("read %s: %v", id, err)
-					return
-				}
-				if !r.Exited || !r.Closed || r.ExitCode == nil || *r.ExitCode != tc.code || r.NextSeq != l.Closed().Seq+1 {
-					t.Errorf("%q: read after close = %+v (exitCode %v), want exited, closed, exitCode %d, nextSeq %d",
-						tc.script, r, deref(r.ExitCode), tc.code, l.Closed().Seq+1)
-				}
-			}()
-		}
-		wg.Wait()
-	})
-}
-
-// isEmptyObject reports whether res is the JSON object {} (whitespace allowed).
-func isEmptyObject(res json.RawMessage) bool {
-	var m map[string]json.RawMessage
-	return json.Unmarshal(res, &m) == nil && m != nil && len(m) == 0
-}
+// Exit codes: runtime/testdata/transcripts/exit_codes.txt.
 
 func randomBytes(n int, seed byte) []byte {
 	b := make([]byte, n)
@@ -529,38 +474,7 @@ func TestTTY(t *testing.T) {
 	})
 }
 
-// PROTOCOL.md §4 process/signal.
-func TestSignal(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr transport) {
-		c := session(t, tr)
-		ctx := tctx(t, wait)
-		dir := t.TempDir()
-		for _, tc := range []struct {
-			signal string
-			code   int
-		}{{"interrupt", 130}, {"terminate", 143}, {"kill", 137}, {"hangup", 129}, {"user1", 138}} {
-			id := "sig-" + tc.signal
-			mustStart(t, c, wiretest.StartParams{ProcessID: id, Argv: []string{"sleep", "1000"}, Cwd: dir, Env: baseEnv()})
-			res, err := call(ctx, c, "process/signal", map[string]any{"processId": id, "signal": tc.signal})
-			if err != nil || !isEmptyObject(res) {
-				t.Errorf("signal %s: %s %v, want {}", tc.signal, res, err)
-			}
-			l := mustCollect(t, c, id)
-			if code := exitCodeOf(t, l); code != tc.code {
-				t.Errorf("signal %s: exit code %d, want %d", tc.signal, code, tc.code)
-			}
-			// Exited process: {}.
-			res, err = call(ctx, c, "process/signal", map[string]any{"processId": id, "signal": tc.signal})
-			if err != nil || !isEmptyObject(res) {
-				t.Errorf("signal %s to an exited process: %s %v, want {}", tc.signal, res, err)
-			}
-		}
-		res, err := call(ctx, c, "process/signal", map[string]any{"processId": "unknown", "signal": "interrupt"})
-		if err != nil || !isEmptyObject(res) {
-			t.Errorf("signal to an unknown process: %s %v, want {}", res, err)
-		}
-	})
-}
+// process/signal: runtime/testdata/transcripts/signal.txt.
 
 // process/start refusals and ids: runtime/testdata/transcripts/start_errors.txt.
 
