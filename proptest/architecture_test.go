@@ -174,7 +174,7 @@ func TestArchitectureDiagramCheck(t *testing.T) {
 var notGo = map[string]bool{"cgroup.kill": true, "PR_SET_CHILD_SUBREAPER": true}
 
 // stdPackages are the standard packages ARCHITECTURE.md quotes names of.
-var stdPackages = map[string]bool{"os": true, "syscall": true, "unix": true, "exec": true}
+var stdPackages = map[string]bool{"os": true, "syscall": true, "unix": true, "exec": true, "fs": true, "io": true, "errors": true, "context": true, "time": true, "http": true, "net": true}
 
 func nonEmpty(s string) []string {
 	if s == "" {
