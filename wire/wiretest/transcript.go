@@ -185,7 +185,7 @@ func (s *Transcript) normalise(frame string) string {
 	type kv struct{ k, v string }
 	var vars []kv
 	for k, v := range s.vars {
-		if k != "GATE" && v != "" {
+		if k != "GATE" && len(v) > 1 { // "/" (a HOME of /) would rewrite every path
 			vars = append(vars, kv{k, v})
 		}
 	}
