@@ -33,7 +33,12 @@ func TestFileURIsAgree(t *testing.T) {
 	t.Chdir(dir)
 	t.Setenv("HOME", dir)
 	t.Setenv("TMPDIR", dir)
-	srv := NewServer(Config{Logger: zaptest.NewLogger(t)})
+	// With the directory as the only fs root, a link out of it is a walk
+	// error, which names the path the way the entries do.
+	if err := os.Symlink("/", filepath.Join(dir, "sub", "out")); err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(Config{Logger: zaptest.NewLogger(t), FsRoots: []string{dir}})
 	ct, st := wiretest.MemPipe(16)
 	served := make(chan struct{})
 	go func() { _ = srv.ServeTransport(st, false); close(served) }()
@@ -83,7 +88,7 @@ func TestFileURIsAgree(t *testing.T) {
 	// fs/walk of the URI: its entries are the URI with the rest appended
 	// (the server also keeps its sandbox scratch directories in $TMPDIR).
 	var walk wire.FsWalkResult
-	call(wire.MethodFsWalk, map[string]any{"path": want, "options": map[string]any{"maxDepth": 3, "maxDirectories": 10, "maxEntries": 20, "followDirectorySymlinks": false}}, &walk)
+	call(wire.MethodFsWalk, map[string]any{"path": want, "options": map[string]any{"maxDepth": 3, "maxDirectories": 10, "maxEntries": 20, "followDirectorySymlinks": true}}, &walk)
 	n := 0
 	for _, e := range walk.Entries {
 		switch e.Path {
@@ -94,6 +99,11 @@ func TestFileURIsAgree(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("fs/walk entries %+v, want %s/sub and %s/sub/f among them", walk.Entries, want, want)
+	}
+	if len(walk.Errors) != 1 || walk.Errors[0].Path != want+"/sub/out" || !strings.Contains(walk.Errors[0].Message, want+"/sub/out") {
+		t.Errorf("fs/walk errors %+v, want one for %s/sub/out, in that spelling", walk.Errors, want)
+	} else {
+		got["fs/walk error"] = strings.TrimSuffix(walk.Errors[0].Path, "/sub/out")
 	}
 	// A process started in the URI's directory runs there.
 	var started wire.StartResult
