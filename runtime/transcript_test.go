@@ -44,8 +44,8 @@ func TestProtocolDocExamples(t *testing.T) {
 }
 
 // transcriptConfig: the host's values become variables ($HOME, $CWD,
-// $TEMPDIR; $HTTP is a local HTTP server answering "hello" to any
-// request) and what differs between hosts or runs (the shell, the
+// $TEMPDIR, $CODEX_HOME; $HTTP is a local HTTP server answering "hello"
+// to any request) and what differs between hosts or runs (the shell, the
 // version, the provider id, which capabilities are true, Date headers) is
 // normalised.
 func transcriptConfig(t *testing.T) wiretest.TranscriptConfig {
@@ -56,9 +56,14 @@ func transcriptConfig(t *testing.T) wiretest.TranscriptConfig {
 	t.Cleanup(hs.Close)
 	cwd, _ := os.Getwd()
 	home, _ := os.UserHomeDir()
+	// The executor's Codex home (PROTOCOL.md section 7.6), empty until a
+	// transcript writes into it; a token for http/request's valueEnvVar.
+	codexHome := t.TempDir()
+	t.Setenv("CODEX_HOME", codexHome)
+	t.Setenv("DOCS_TOKEN", "transcript-token")
 	return wiretest.TranscriptConfig{
 		Start: transcriptServer,
-		Vars:  map[string]string{"HTTP": hs.URL, "CWD": cwd, "HOME": home, "TEMPDIR": os.TempDir()},
+		Vars:  map[string]string{"HTTP": hs.URL, "CWD": cwd, "HOME": home, "TEMPDIR": os.TempDir(), "CODEX_HOME": codexHome},
 		Normalize: []wiretest.Rewrite{
 			// The handshake's copy of environmentInfo (environment.txt pins its fields).
 			{Re: regexp.MustCompile(`"environmentInfo":\{.*\}\}\}$`), With: `"environmentInfo":{…}}}`},
@@ -69,6 +74,7 @@ func transcriptConfig(t *testing.T) wiretest.TranscriptConfig {
 				return regexp.MustCompile(`:(true|false)`).ReplaceAllString(m, ":<bool>")
 			}},
 			{Re: regexp.MustCompile(`\{"name":"date","value":"[^"]*"\}`), With: `{"name":"date","value":"<date>"}`},
+			{Re: regexp.MustCompile(`"hostname":"[^"]*"`), With: `"hostname":"<hostname>"`},
 		},
 		Commands: map[string]func(*testing.T, *wiretest.Transcript, *datadriven.TestData) string{"pid-gone": pidGoneCmd, "skip-unless-sandbox": skipUnlessSandbox},
 	}
