@@ -33,6 +33,10 @@ func TestFileURIsAgree(t *testing.T) {
 	t.Chdir(dir)
 	t.Setenv("HOME", dir)
 	t.Setenv("TMPDIR", dir)
+	t.Setenv("CODEX_HOME", dir) // environmentConfig/read reports it
+	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte("[mcp_servers.docs]\nurl = \"http://x\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// With the directory as the only fs root, a link out of it is a walk
 	// error, which names the path the way the entries do.
 	if err := os.Symlink("/", filepath.Join(dir, "sub", "out")); err != nil {
@@ -75,6 +79,21 @@ func TestFileURIsAgree(t *testing.T) {
 		for _, d := range info.TemporaryDirectories {
 			got[name+" temporaryDirectories"] = d
 		}
+	}
+	var cfg struct {
+		UserHomeDir  string `json:"userHomeDir"`
+		CodexHomeDir string `json:"codexHomeDir"`
+		Config       struct {
+			Layers []struct {
+				BaseDir string `json:"baseDir"`
+			} `json:"layers"`
+		} `json:"config"`
+	}
+	call(wire.MethodEnvironmentConfigRead, map[string]any{"cwd": want, "configPaths": [][]string{{"mcp_servers"}}, "requirementsPaths": [][]string{}}, &cfg)
+	got["environmentConfig/read userHomeDir"] = cfg.UserHomeDir
+	got["environmentConfig/read codexHomeDir"] = cfg.CodexHomeDir
+	for _, l := range cfg.Config.Layers {
+		got["environmentConfig/read baseDir"] = l.BaseDir
 	}
 	for _, arg := range []string{dir, want, strings.Replace(want, "[1]", "%5B1%5D", 1), "file://localhost" + strings.TrimPrefix(want, "file://")} {
 		var canon wire.FsPathResult
@@ -119,7 +138,7 @@ func TestFileURIsAgree(t *testing.T) {
 		t.Errorf("process started with cwd %q ran in %q (%v), want %q", want, b, err, dir)
 	}
 
-	if len(got) < 12 {
+	if len(got) < 15 {
 		t.Errorf("only %d URIs collected: %v", len(got), got)
 	}
 	for where, u := range got {
