@@ -185,67 +185,21 @@ func parsePattern(s string) (any, error) {
 }
 
 // valueMatch: v matches the pattern p (values compared).
-func valueMatch(p, v any) bool {
-	switch p := p.(type) {
-	case string:
-		if p == "…" {
-			return true
-		}
-		s, ok := v.(string)
-		switch {
-		case !ok:
-			return false
-		case strings.HasSuffix(p, "…"):
-			return true
-		case uuidOnly.MatchString(p):
-			return uuidOnly.MatchString(s)
-		}
-		return s == p
-	case map[string]any:
-		m, ok := v.(map[string]any)
-		if !ok {
-			return false
-		}
-		_, more := p["…"]
-		for k, pv := range p {
-			if k == "…" {
-				continue
-			}
-			mv, ok := m[k]
-			if !ok || !valueMatch(pv, mv) {
-				return false
-			}
-		}
-		return more || len(m) == len(p)
-	case []any:
-		a, ok := v.([]any)
-		if !ok {
-			return false
-		}
-		n := len(p)
-		more := n > 0 && p[n-1] == "…"
-		if more {
-			n--
-		}
-		if len(a) < n || (!more && len(a) != n) {
-			return false
-		}
-		for i := 0; i < n; i++ {
-			if !valueMatch(p[i], a[i]) {
-				return false
-			}
-		}
-		return true
-	}
-	return fmt.Sprint(p) == fmt.Sprint(v)
-}
+func valueMatch(p, v any) bool { return match(p, v, true) }
 
 // shapeMatch: o has the keys of the pattern p, recursively (values not
 // compared; nested objects and arrays compared where both sides have one).
-func shapeMatch(p, o any) bool {
+func shapeMatch(p, o any) bool { return match(p, o, false) }
+
+// match is valueMatch (values) or shapeMatch (!values). Objects: the same
+// keys (more allowed after a trailing "…"), each member matching. Arrays:
+// element by element (values), or each pattern object matching some element
+// (shapes). Scalars: equal, with the ellipses and UUIDs above (values), or
+// anything (shapes).
+func match(p, v any, values bool) bool {
 	switch p := p.(type) {
 	case map[string]any:
-		m, ok := o.(map[string]any)
+		m, ok := v.(map[string]any)
 		if !ok {
 			return false
 		}
@@ -258,40 +212,64 @@ func shapeMatch(p, o any) bool {
 			if !ok {
 				return false
 			}
-			switch pv.(type) {
-			case map[string]any, []any:
-				if mv != nil && !shapeMatch(pv, mv) {
-					return false
-				}
+			if !values && mv == nil {
+				continue // a null where the example shows an object or array
+			}
+			if !match(pv, mv, values) {
+				return false
 			}
 		}
 		return more || len(m) == len(p)
 	case []any:
-		a, ok := o.([]any)
+		a, ok := v.([]any)
 		if !ok {
 			return false
 		}
-		if len(a) == 0 {
-			return true
-		}
-		for _, pe := range p {
-			if _, isObj := pe.(map[string]any); !isObj {
-				continue
-			}
-			found := false
-			for _, e := range a {
-				if shapeMatch(pe, e) {
-					found = true
-					break
+		if !values {
+			for _, pe := range p {
+				if _, isObj := pe.(map[string]any); !isObj {
+					continue
+				}
+				found := len(a) == 0
+				for _, e := range a {
+					found = found || match(pe, e, false)
+				}
+				if !found {
+					return false
 				}
 			}
-			if !found {
+			return true
+		}
+		n := len(p)
+		more := n > 0 && p[n-1] == "…"
+		if more {
+			n--
+		}
+		if len(a) < n || (!more && len(a) != n) {
+			return false
+		}
+		for i := 0; i < n; i++ {
+			if !match(p[i], a[i], true) {
 				return false
 			}
 		}
 		return true
+	case string:
+		if !values || p == "…" {
+			return true
+		}
+		s, ok := v.(string)
+		switch {
+		case !ok:
+			return false
+		case strings.HasSuffix(p, "…"):
+			return true
+		case uuidOnly.MatchString(p):
+			return uuidOnly.MatchString(s)
+		}
+		return s == p
 	}
-	return true
+	return !values || fmt.Sprint(p) == fmt.Sprint(v)
 }
 
 // transcriptObjects returns every JSON object of the transcripts' frames
