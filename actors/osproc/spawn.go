@@ -1,14 +1,14 @@
-package actors
+package osproc
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/creack/pty"
 
@@ -16,8 +16,8 @@ import (
 	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
-// Spec describes a child to start. It is what process/start asks for,
-// already validated and resolved by the connection edge.
+// Spec describes a child to start, already validated and resolved by the
+// caller (package actors' admission, Supervisor.Start).
 type Spec struct {
 	Argv      []string // Argv[0] is looked up on Env's PATH, then /bin:/usr/bin
 	Arg0      string   // if set, the argv[0] the child sees
@@ -27,20 +27,16 @@ type Spec struct {
 	PipeStdin bool
 	Rows      uint16 // PTY size; 0 means 24x80
 	Cols      uint16
-	// Timeout, if > 0, kills the process group after this long; the exit
-	// code is then TimeoutExitCode (the app-server dialect's timeoutMs).
-	Timeout time.Duration
 	// Sandbox, if non-nil, is enforced by the kernel on the child and every
 	// descendant (on a spawning thread or through the sandbox helper; see
-	// package sandbox).
+	// package sandbox). Start does not check it against the host: the
+	// caller did (sandbox.Host.Check), once.
 	Sandbox *sandbox.Policy
 	// Limits bound the whole tree (cgroups where possible, else rlimits).
 	Limits contain.Limits
-	// Metadata, if set, is kept with the process (see ProcessRef.Metadata).
-	Metadata *Metadata
 }
 
-// Isolation is what the supervisor spawns with: the probed sandbox host
+// Isolation is what children are spawned with: the probed sandbox host
 // (nil: sandboxes are refused) and the cgroup manager (nil: process
 // groups only, no limits).
 type Isolation struct {
@@ -48,74 +44,51 @@ type Isolation struct {
 	Contain *contain.Manager
 }
 
-// pipeSize is the capacity requested for output pipes (F_SETPIPE_SZ).
-const pipeSize = 1 << 20
+// PipeSize is the capacity an output pipe is enlarged to (F_SETPIPE_SZ)
+// once its reader finds it half full.
+const PipeSize = 1 << 20
 
-// TimeoutExitCode is the exit code reported for a process killed by its Timeout.
-const TimeoutExitCode = 124
+// MaxChunk is the largest chunk one ReadChunk of a real session returns
+// (the size of the pooled read buffers).
+const MaxChunk = 64 << 10
 
-// Session is the OS side of one process as the process actor sees it. The
-// real one is an osSession; tests substitute a fake that is driven by
-// channels. Methods are called only by the process actor's goroutine
-// except Write and CloseStdin, which are called only by the stdin writer.
-type Session interface {
-	// Pid is the child's pid (also its process group id), or 0 for a fake.
-	Pid() int
-	// Streams lists the output streams, one reader goroutine each.
-	Streams() []Stream
-	// Output returns the reader of stream i (index into Streams()).
-	Output(i int) Reader
-	// Wait blocks until the child has exited and been reaped and returns
-	// its exit code (128+N when killed by signal N). Called once, by the
-	// waiter goroutine.
-	Wait() int
-	// Stdin reports whether the child has a writable stdin.
-	HasStdin() bool
-	Write(p []byte) error
-	CloseStdin() error
-	// Signal sends sig to the child's whole process group.
-	Signal(sig syscall.Signal) error
-	// Resize sets the PTY window size; an error for a pipe session.
-	Resize(rows, cols uint16) error
-	// CloseOutputs closes the parent's read ends, which ends every reader
-	// even when a descendant outside our control still holds the write ends.
-	CloseOutputs()
-	// Limit names the resource limit that ended the process with exit
-	// code code, or "". Called by the actor after Wait returned.
-	Limit(code int) string
-	// ReleaseIfEmpty frees the tree's cgroup now if nothing of the tree
-	// is left; called when the process is retained (closed, its ending
-	// delivered). Release still follows.
-	ReleaseIfEmpty()
-	// Release kills what is left of the tree and frees its cgroup; called
-	// once, when the process actor ends.
-	Release()
-}
-
-// Reader is one output stream.
-type Reader interface {
-	Read(p []byte) (int, error)
-}
-
-// ErrNotPTY is returned by Resize on a pipe session.
-var ErrNotPTY = errors.New("actors: process is not attached to a PTY")
+// ErrEmptyArgv is the Err of the SpawnError of a Spec without Argv.
+var ErrEmptyArgv = errors.New("argv must not be empty")
 
 // SpawnError is a child that could not be started; Err is the OS error.
+// errors.Is matches it against exec.ErrNotFound when the command was not
+// found (not on the PATH, or the file does not exist), and through Err
+// against fs.ErrNotExist (a missing command or cwd), fs.ErrPermission
+// and the syscall.Errno.
 type SpawnError struct {
 	Argv0 string
-	Err   error
+	// Op is the stage that failed: OpCwd (the working directory), OpLookup
+	// (the command on the PATH), OpExec (the exec itself, through the
+	// sandbox or not), OpSetup (pipes, PTY, cgroup, limits).
+	Op  string
+	Err error
 }
+
+// SpawnError stages.
+const (
+	OpCwd    = "cwd"
+	OpLookup = "lookup"
+	OpExec   = "exec"
+	OpSetup  = "setup"
+)
 
 func (e *SpawnError) Error() string { return fmt.Sprintf("failed to spawn %s: %v", e.Argv0, e.Err) }
 func (e *SpawnError) Unwrap() error { return e.Err }
 
-type osSession struct {
-	group   *contain.Group // nil without a cgroup manager
-	pid     int
-	tty     bool
-	outputs []*os.File // pipes: stdout, stderr; pty: the master
-	streams []Stream
-	stdin   *os.File // pipe write end, or the PTY master; nil without stdin
+// Is matches exec.ErrNotFound for a command that does not exist.
+func (e *SpawnError) Is(target error) bool {
+	return target == exec.ErrNotFound && e.NotFound()
+}
+
+// NotFound reports whether the command itself was not found: not on the
+// PATH, or its exec failed with ENOENT.
+func (e *SpawnError) NotFound() bool {
+	return (e.Op == OpLookup || e.Op == OpExec) && errors.Is(e.Err, syscall.ENOENT)
 }
 
 // LookPath resolves argv0 the way process/start does: a name with a slash
@@ -148,21 +121,32 @@ func LookPath(argv0, dir string, env []string) (string, error) {
 	return "", fs.ErrNotExist
 }
 
-// startOS starts the child described by spec in its own session and
+// Start starts the child described by spec in its own session and
 // process group, in a cgroup of its own where iso has a manager, through
-// package sandbox when it needs a policy or per-process limits.
-func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
+// package sandbox when it needs a policy or per-process limits. It
+// returns once the child has been exec'd; a failure is a *SpawnError and
+// leaves nothing running, open or charged.
+func Start(spec Spec, iso Isolation) (Session, error) {
 	if len(spec.Argv) == 0 {
-		return nil, &SpawnError{Err: errors.New("argv must not be empty")}
+		return nil, &SpawnError{Op: OpSetup, Err: ErrEmptyArgv}
 	}
+	s, op, err := start(spec, iso)
+	if err != nil {
+		return nil, &SpawnError{Argv0: spec.Argv[0], Op: op, Err: err}
+	}
+	return s, nil
+}
+
+// start is Start; a failure names its stage and the bare OS error.
+func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 	if st, serr := os.Stat(spec.Dir); serr != nil {
-		return nil, &SpawnError{Argv0: spec.Argv[0], Err: fmt.Errorf("cwd %s: %w", spec.Dir, errUnwrapPath(serr))}
+		return nil, OpCwd, fmt.Errorf("cwd %s: %w", spec.Dir, errUnwrapPath(serr))
 	} else if !st.IsDir() {
-		return nil, &SpawnError{Argv0: spec.Argv[0], Err: fmt.Errorf("cwd %s: %w", spec.Dir, syscall.ENOTDIR)}
+		return nil, OpCwd, fmt.Errorf("cwd %s: %w", spec.Dir, syscall.ENOTDIR)
 	}
 	path, err := LookPath(spec.Argv[0], spec.Dir, spec.Env)
 	if err != nil {
-		return nil, &SpawnError{Argv0: spec.Argv[0], Err: syscall.ENOENT}
+		return nil, OpLookup, syscall.ENOENT
 	}
 	argv := append([]string(nil), spec.Argv...)
 	if spec.Arg0 != "" {
@@ -194,7 +178,7 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 			if slave != nil {
 				slave.Close()
 			}
-			return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
+			return nil, OpSetup, perr
 		}
 		rows, cols := spec.Rows, spec.Cols
 		if rows == 0 || cols == 0 {
@@ -211,26 +195,26 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 		if spec.PipeStdin {
 			r, w, perr := os.Pipe()
 			if perr != nil {
-				return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
+				return nil, OpSetup, perr
 			}
 			stdinChild, s.stdin = r, w
 			childFiles = append(childFiles, stdinChild)
 		} else {
 			devnull, perr := sharedDevNull()
 			if perr != nil {
-				return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
+				return nil, OpSetup, perr
 			}
 			stdinChild = devnull // shared: not closed here
 		}
 		outR, outW, perr := outputPipe()
 		if perr != nil {
-			return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
+			return nil, OpSetup, perr
 		}
 		childFiles = append(childFiles, outW)
 		s.outputs = append(s.outputs, outR)
 		errR, errW, perr := outputPipe()
 		if perr != nil {
-			return nil, &SpawnError{Argv0: spec.Argv[0], Err: perr}
+			return nil, OpSetup, perr
 		}
 		childFiles = append(childFiles, errW)
 		s.outputs = append(s.outputs, errR)
@@ -240,14 +224,14 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 	if iso.Contain != nil && (iso.Contain.Mode() != contain.ModePgroup || !spec.Limits.IsZero()) {
 		g, gerr := iso.Contain.NewGroup(spec.Limits)
 		if gerr != nil {
-			return nil, &SpawnError{Argv0: spec.Argv[0], Err: gerr}
+			return nil, OpSetup, gerr
 		}
 		s.group = g
 		if fd := g.CgroupFD(); fd >= 0 {
 			attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, fd
 		}
 	} else if !spec.Limits.IsZero() {
-		return nil, &SpawnError{Argv0: spec.Argv[0], Err: fmt.Errorf("%w: no cgroup manager configured", contain.ErrLimitUnavailable)}
+		return nil, OpSetup, fmt.Errorf("%w: no cgroup manager configured", contain.ErrLimitUnavailable)
 	}
 	var proc *os.Process
 	var serr error
@@ -258,13 +242,13 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 	}
 	s.group.CloseFD() // the child is in its cgroup (or was not started)
 	if serr != nil {
-		return nil, &SpawnError{Argv0: spec.Argv[0], Err: errUnwrapPath(serr)}
+		return nil, OpExec, errUnwrapPath(serr)
 	}
 	s.pid = proc.Pid
 	if gerr := s.group.Started(proc.Pid); gerr != nil { // the subreaper's tree root
 		_ = proc.Kill()
 		_, _ = proc.Wait() // reaps it and closes its pidfd
-		return nil, &SpawnError{Argv0: spec.Argv[0], Err: gerr}
+		return nil, OpSetup, gerr
 	}
 	// os.Process holds a pidfd (Go 1.23+) until Wait or Release, else until
 	// the garbage collector finalizes it. The waiter reaps through a pidfd
@@ -272,7 +256,7 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 	// running process holds only its pipes (or PTY master) and the
 	// waiter's pidfd, an ended one nothing.
 	_ = proc.Release()
-	return s, nil
+	return s, "", nil
 }
 
 // helperPlan says whether the child must start through package sandbox
@@ -292,79 +276,4 @@ func errUnwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-func (s *osSession) Pid() int            { return s.pid }
-func (s *osSession) Streams() []Stream   { return s.streams }
-func (s *osSession) Output(i int) Reader { return newFileChunks(s.outputs[i], !s.tty) }
-func (s *osSession) HasStdin() bool      { return s.stdin != nil }
-
-func (s *osSession) Wait() int {
-	if w := newPidWaiter(s.pid); w != nil {
-		if code, ok := w.wait(); ok {
-			return code
-		}
-	}
-	// No pidfd (an old kernel, or none left): a blocking wait4, which
-	// holds a thread while the child runs.
-	var ws syscall.WaitStatus
-	for {
-		_, err := syscall.Wait4(s.pid, &ws, 0, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return -1
-		}
-		break
-	}
-	if ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ws.ExitStatus()
-}
-
-func (s *osSession) Write(p []byte) error {
-	_, err := s.stdin.Write(p)
-	return err
-}
-
-func (s *osSession) CloseStdin() error {
-	if s.tty {
-		// A PTY has no separate stdin: send the terminal's EOF character.
-		_, err := s.stdin.Write([]byte{4})
-		return err
-	}
-	return s.stdin.Close()
-}
-
-func (s *osSession) Signal(sig syscall.Signal) error {
-	if sig == syscall.SIGKILL {
-		// The whole tree, including descendants that left the group.
-		_ = s.group.Kill()
-	}
-	err := syscall.Kill(-s.pid, sig)
-	if errors.Is(err, syscall.ESRCH) {
-		return nil
-	}
-	return err
-}
-
-func (s *osSession) Resize(rows, cols uint16) error {
-	if !s.tty {
-		return ErrNotPTY
-	}
-	return setWinsize(s.outputs[0], rows, cols)
-}
-
-func (s *osSession) Limit(code int) string { return s.group.LimitHit(code) }
-
-func (s *osSession) Release() { s.group.Release() }
-
-func (s *osSession) ReleaseIfEmpty() { s.group.ReleaseIfEmpty() }
-
-func (s *osSession) CloseOutputs() {
-	for _, f := range s.outputs {
-		f.Close()
-	}
 }
