@@ -398,7 +398,7 @@ func (c *conn) initialize(msg wire.Message) {
 	var err error
 	c.acks = p.OutputAck
 	if p.ResumeSessionID != nil && *p.ResumeSessionID != "" {
-		table, err = c.sup.ResumeSession(c.ctx, *p.ResumeSessionID)
+		table, err = c.sup.ResumeSession(c.ctx, *p.ResumeSessionID, c.ctx.Done())
 		var re *ResumeError
 		if errors.As(err, &re) {
 			if re.Attached {
@@ -412,13 +412,13 @@ func (c *conn) initialize(msg wire.Message) {
 			c.outbound()
 			sub := c.subscriber()
 			for id, ref := range table.Procs {
-				if _, aerr := ref.Attach(c.ctx, sub); aerr != nil {
+				if _, aerr := ref.Attach(c.ctx, sub); errors.Is(aerr, ErrStopped) {
 					table.Remove(id) // retention ended while detached
 				}
 			}
 		}
 	} else {
-		table, err = c.sup.NewSession(c.ctx)
+		table, err = c.sup.NewSession(c.ctx, c.ctx.Done())
 	}
 	if err != nil {
 		c.reply(msg.ID, nil, wire.AsError(err))

@@ -82,6 +82,13 @@
 // of them exactly once: each forgets the subscriber and keeps retaining
 // output. The connection then hands its session to the registry: detached
 // for the detach TTL (websocket), or discarded at once (stdio, TTL 0).
+// The registry keeps each attached session's connection latch (its Done
+// channel): a resume that finds the session attached to a connection whose
+// latch fired is parked (one per session) until that connection detaches
+// it, ResumeDetachWait (2 s) at most, and then gets the table directly; a
+// live holder gets a 100 ms grace, then -32010. The parked resume is
+// answered even if its own connection ends meanwhile (that connection
+// then detaches what it was handed), so a session is never lost in flight.
 // Expiry and discard kill the session's processes (the kill path: SIGKILL
 // to each tree) and let their actors end once the ending was delivered.
 //
