@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"time"
 
 	"go.uber.org/zap"
@@ -152,6 +153,9 @@ func (c *conn) timedRequest(msg wire.Message) {
 	if !c.cur.deferred {
 		c.observeRequest(msg.Method, msg.ID, c.cur.start)
 	}
+	// msg.ID points into the message: kept here, it would pin the
+	// connection's last message (60 MB for a large one) until the next.
+	c.cur = curRequest{}
 }
 
 // deferObservation marks the current request as answered later and returns
@@ -159,5 +163,6 @@ func (c *conn) timedRequest(msg wire.Message) {
 func (c *conn) deferObservation() func() {
 	c.cur.deferred = true
 	r := c.cur
+	r.id = bytes.Clone(r.id) // not the message the id points into
 	return func() { c.observeRequest(r.method, r.id, r.start) }
 }
