@@ -140,10 +140,18 @@ type conn struct {
 	queueing bool // the queue goroutine runs (started by the reader: outbound)
 	session  *SessionTable
 	apps     map[string]*appProc // app-server dialect handles of this connection
-	fsq      chan wire.Message   // to the fs worker, started on the first fs request
+	fsq      chan fsItem         // to the fs worker, started on the first fs request
 	httpm    *httpManager        // the http manager, started on the first http/request
 	cur      curRequest          // the request being handled (metrics, logs)
 	lastSB   sandboxCache        // the last process/start.sandbox, parsed
+	gate     *inboundGate        // the transport's read gate (nil without inbound budgets); its state is the reader's
+}
+
+// fsItem is an fs request for the fs worker and the inbound bytes it holds
+// until it is answered.
+type fsItem struct {
+	msg     wire.Message
+	inbound int64
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -189,6 +197,12 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		apps:      make(map[string]*appProc),
 	}
 	c.wtok <- struct{}{}
+	if lim := s.cfg.Budgets; lim.MaxInboundBytes > 0 || lim.ConnInboundBytes > 0 {
+		c.gate = &inboundGate{c: c, key: inboundKeys.Add(1),
+			want: int64(cmp.Or(opts.MaxMessageBytes, s.cfg.MaxMessageBytes, wire.DefaultMaxMessageBytes))}
+		wire.SetReadGate(t, c.gate)
+		defer s.inboundDone(c.gate.key) // after the waiters: what they did not return
+	}
 	// The queue goroutine is started by the reader before the first request
 	// that can produce output from another goroutine (outbound); until then
 	// the reader is the only writer and always finds the write token free.
@@ -242,6 +256,22 @@ func (c *conn) readLoop() {
 	for {
 		data, err := c.t.ReadMessage(context.Background())
 		if err != nil {
+			var refused *wire.ReadRefusedError
+			if errors.As(err, &refused) && c.ctx.Err() == nil {
+				// The inbound budget refused it; the rest was dropped.
+				id := wire.ScanID(refused.Prefix)
+				if id == nil {
+					id = wire.NullID
+				}
+				var e *wire.Error
+				if be, ok := errors.AsType[*BudgetError](refused.Err); ok {
+					e = be.Wire()
+				} else {
+					e = wire.AsError(refused.Err)
+				}
+				c.reply(id, nil, e)
+				continue
+			}
 			if errors.Is(err, wire.ErrMessageTooBig) {
 				c.reply(wire.MalformedID, nil, wire.ErrMessageTooLarge(cmp.Or(c.opts.MaxMessageBytes, c.sup.cfg.MaxMessageBytes, wire.DefaultMaxMessageBytes)))
 				if _, ok := c.t.(*wire.StdioTransport); ok {
@@ -260,16 +290,27 @@ func (c *conn) readLoop() {
 		if c.ctx.Err() != nil {
 			return
 		}
-		if len(data) >= wire.LargeReadBytes {
-			// Do not keep a buffer grown for this message (data stays valid).
-			wire.ReleaseReadBuffer(c.t)
+		var inbound int64 // the inbound budget's charge for this message
+		if c.gate != nil {
+			inbound = c.gate.took(data)
 		}
-		if len(data) >= LargeMessageBytes {
+		var msg wire.Message
+		var perr *wire.Error
+		if len(data) >= wire.LargeReadBytes {
+			// Do not keep a buffer grown for this message: hand it to
+			// the decoded message instead of copying it.
+			wire.ReleaseReadBuffer(c.t)
+			msg, perr = wire.DecodeOwned(data)
+		} else {
+			msg, perr = wire.Decode(data)
+		}
+		data = nil
+		if inbound >= LargeMessageBytes {
 			c.sup.largeMessage()
 		}
-		msg, perr := wire.Decode(data)
 		if perr != nil {
 			c.reply(msg.ID, nil, perr)
+			c.releaseInbound(inbound)
 			continue
 		}
 		switch msg.Kind {
@@ -277,11 +318,12 @@ func (c *conn) readLoop() {
 			c.latch(ReasonProtocol, errors.New("a client may not send responses"))
 			return
 		case wire.KindNotification:
+			c.releaseInbound(inbound)
 			if !c.notification(msg) {
 				return
 			}
 		case wire.KindRequest:
-			c.timedRequest(msg)
+			c.timedRequest(msg, inbound)
 		}
 		if c.ctx.Err() != nil {
 			return
@@ -540,14 +582,14 @@ func absPath(p string) (string, error) {
 // read of one file) and owns the connection's fs/open handles, so a large
 // copy or read never holds up the reader, process requests or long polls.
 func (c *conn) fs(msg wire.Message) {
-	c.cur.deferred = true // the fs worker observes it
+	c.cur.deferred = true // the fs worker observes it and returns its inbound bytes
 	if c.fsq == nil {
 		c.outbound()
-		c.fsq = make(chan wire.Message, connFsQueueCap)
+		c.fsq = make(chan fsItem, connFsQueueCap)
 		c.wg.Go(c.fsWorker)
 	}
 	select {
-	case c.fsq <- msg:
+	case c.fsq <- fsItem{msg: msg, inbound: c.cur.inbound}:
 	case <-c.ctx.Done():
 	}
 }
@@ -560,8 +602,10 @@ func (c *conn) fsWorker() {
 	defer w.Close()
 	for {
 		select {
-		case msg := <-c.fsq:
-			if !c.fsRequest(msg, w) {
+		case it := <-c.fsq:
+			ok := c.fsRequest(it.msg, w)
+			c.releaseInbound(it.inbound)
+			if !ok {
 				return
 			}
 		case ev, ok := <-w.Events():

@@ -177,6 +177,14 @@
 //
 // # Backpressure
 //
+//   - Inbound requests (inbound.go): a message that outgrows 64 KiB waits,
+//     before the transport reads on, for the budget actor to admit it
+//     against Budgets.MaxInboundBytes and ConnInboundBytes (charged at the
+//     message limit while read, then its buffer until answered). The queue
+//     of waiting admissions holds at most one per connection, served in
+//     order; the reader waiting there reads nothing, so TCP or the pipe
+//     pushes back on the client. After InboundAdmitWait (a minute by
+//     default) the message is refused (-32011) and the rest of it dropped.
 //   - Requests into a process actor: bounded mailbox (64); senders wait,
 //     bounded by their ctx.
 //   - Output from the child: each read takes what is available up to 64

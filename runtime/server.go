@@ -90,10 +90,22 @@ type Config struct {
 	// of memory, a worst case: the read-ahead fills only behind a slow client).
 	MaxRetainedBytes int64
 	// MaxOutboundBytes bounds all connections' outbound queues; each
-	// connection charges OutboundQueueBytes (default 1 MiB) while open
-	// (default: an eighth of memory).
+	// connection charges OutboundQueueBytes (default 256 KiB,
+	// DefaultOutboundQueueBytes) while open (default: an eighth of memory).
 	MaxOutboundBytes   int64
 	OutboundQueueBytes int // see MaxOutboundBytes
+	// MaxInboundBytes bounds the requests being read, decoded or handled
+	// server-wide, ConnInboundBytes those of one connection (a process/write
+	// to a child that reads slowly is in flight until it is answered). A
+	// message counts once it outgrows 64 KiB, at MaxMessageBytes while it is
+	// read (its size is not known yet), then at its buffer's size. Past either
+	// budget the server stops reading the connection (backpressure); a
+	// message that waits 10 s is refused with -32011 naming the limit.
+	// Defaults: the larger of a sixty-fourth of memory and twice
+	// MaxMessageBytes (server-wide), twice MaxMessageBytes (per connection).
+	// Each must be at least MaxMessageBytes.
+	MaxInboundBytes  int64
+	ConnInboundBytes int64 // see MaxInboundBytes
 	// SlowConsumerTimeout closes a websocket connection whose outbound
 	// queue makes no progress for this long (default 30 s); the detach
 	// rules then apply to its session.

@@ -259,7 +259,7 @@ func FuzzEnvelopeFastPath(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		fast, ok := scanEnvelope(data)
+		fast, ok := scanEnvelope(data, true)
 		if !ok {
 			return
 		}

@@ -20,6 +20,7 @@ type StdioTransport struct {
 	max    int
 	line   []byte
 	rclose io.Closer
+	gate   ReadGate // nil: every message is read
 
 	// Writer side: owned by the single WriteMessage/Flush caller.
 	w      *bufio.Writer
@@ -57,15 +58,33 @@ func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	for {
 		t.line = t.line[:0]
 		tooBig := false
+		admitted := t.gate == nil
+		var refused *ReadRefusedError
 		for {
 			frag, err := t.r.ReadSlice('\n')
-			if !tooBig {
-				if len(t.line)+len(frag) > t.max+1 {
-					tooBig = true
-					t.line = t.line[:0]
-				} else {
-					t.line = append(t.line, frag...)
+			switch {
+			case refused != nil:
+				refused.Size += len(frag)
+			case tooBig:
+			case len(t.line)+len(frag) > t.max+1:
+				tooBig = true
+				t.line = t.line[:0]
+			default:
+				if !admitted && len(t.line)+len(frag) > LargeReadBytes {
+					if gerr := t.gate.AdmitRead(ctx); gerr != nil {
+						refused = &ReadRefusedError{Prefix: bytes.Clone(t.line), Size: len(t.line) + len(frag), Err: gerr}
+						if len(refused.Prefix) < LargeReadBytes {
+							refused.Prefix = append(refused.Prefix, frag[:min(len(frag), LargeReadBytes-len(refused.Prefix))]...)
+						}
+						t.line = t.line[:0]
+						break
+					}
+					admitted = true
 				}
+				for cap(t.line)-len(t.line) < len(frag) {
+					t.line = growBuffer(t.line)
+				}
+				t.line = append(t.line, frag...)
 			}
 			if err == nil {
 				break
@@ -73,7 +92,7 @@ func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 			if errors.Is(err, bufio.ErrBufferFull) {
 				continue
 			}
-			if err == io.EOF && len(t.line) > 0 && !tooBig {
+			if err == io.EOF && (len(t.line) > 0 || refused != nil) && !tooBig {
 				break // a last line without newline
 			}
 			select {
@@ -86,6 +105,9 @@ func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 		if tooBig {
 			return nil, fmt.Errorf("stdio: line exceeds %d bytes: %w", t.max, ErrMessageTooBig)
 		}
+		if refused != nil {
+			return nil, refused
+		}
 		msg := bytes.TrimRight(t.line, "\r\n")
 		if len(bytes.TrimSpace(msg)) == 0 {
 			continue
@@ -93,6 +115,9 @@ func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 		return msg, nil
 	}
 }
+
+// SetReadGate installs the gate large messages must pass (see ReadGate).
+func (t *StdioTransport) SetReadGate(g ReadGate) { t.gate = g }
 
 // ReleaseReadBuffer drops the line buffer; the last message stays valid
 // for its holder. Called by the ReadMessage caller only.
