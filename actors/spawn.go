@@ -237,7 +237,7 @@ func startOS(spec Spec, iso Isolation) (_ *osSession, err error) {
 		s.streams = []Stream{Stdout, Stderr}
 		attr.Files = []*os.File{stdinChild, outW, errW}
 	}
-	if iso.Contain != nil && (iso.Contain.Mode() != contain.ModePgroup || !spec.Limits.IsZero()) {
+	if iso.Contain != nil && iso.Contain.NeedsGroup(spec.Limits) {
 		g, gerr := iso.Contain.NewGroup(spec.Limits)
 		if gerr != nil {
 			return nil, &SpawnError{Argv0: spec.Argv[0], Err: gerr}

@@ -157,6 +157,21 @@
 // (Local registers its first subscriber's queue at spawn; a Client keeps
 // its own history, below).
 //
+// A runtime that dies without shutting down (runtimed serve killed with
+// SIGKILL, an embedding program that crashed or called os.Exit) leaves its
+// process trees running, reparented to pid 1: nothing of the dead process
+// can stop them. Each tree stays findable: in its cgroup (the default
+// containment where the host allows it; a cgroup holds every descendant)
+// or, with subreaper and process-group containment, by the record of its
+// process group in Config.StateDir. The next NewServer or NewLocal on the
+// machine (same user, same cgroup, same StateDir) kills what runtimes of
+// processes no longer running left, logs each tree (pid of the dead
+// runtime, cgroup or record, pids killed), and removes their directories;
+// a program that wants this at start-up without a runtime calls
+// [ReclaimOrphans]. Not found after a crash: with process-group
+// containment, descendants that left the group (setsid); runtimes of live
+// processes are never touched.
+//
 // Dial refuses a URL that is not ws:// or wss:// with [ErrBadURL] (the
 // message suggests the fix) and a 401 with [ErrUnauthorized]. A TLS pair
 // that fails to load is an error from NewCertReloader; later a failed

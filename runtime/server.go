@@ -142,6 +142,13 @@ type Config struct {
 	// larger one is an error; streamed bodies are not capped). Zero means
 	// DefaultMaxHTTPBodyBytes, negative is an error.
 	MaxHTTPBodyBytes int64
+	// StateDir holds the records of this runtime's process groups where no
+	// cgroup tracks its trees (subreaper and process-group containment), so
+	// that a runtime started after this one died can kill them; at start it
+	// is searched for the records of runtimes that died (see
+	// ReclaimOrphans). Empty means $RUNTIMED_STATE_DIR, else
+	// $XDG_RUNTIME_DIR/runtimed, else <os.TempDir>/runtimed-<uid>.
+	StateDir string
 	// Metrics collects Prometheus metrics in a registry of this server's
 	// own, served by ObservabilityHandler (see docs/operations.md).
 	Metrics bool

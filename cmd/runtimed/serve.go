@@ -58,6 +58,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	outboundQueue := fs.Int("outbound-queue-bytes", runtime.DefaultOutboundQueueBytes, "one connection's outbound queue budget; beyond it its processes stop being read")
 	slowConsumer := fs.Duration("slow-consumer-timeout", runtime.DefaultSlowConsumerTimeout, "close a websocket connection whose outbound queue makes no progress for this long (0: never)")
 	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible, else subreaper), subreaper (the daemon adopts and kills orphaned descendants) or pgroup (process groups only)")
+	stateDirFlag := fs.String("state-dir", "", "where process groups are recorded (subreaper and pgroup containment) so that a daemon started after this one died kills what it left (default: $RUNTIMED_STATE_DIR, $XDG_RUNTIME_DIR/runtimed or /tmp/runtimed-<uid>)")
 	nf := registerNetFlags(fs)
 	var origins, fsRoots stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
@@ -125,6 +126,7 @@ pair. Operator's guide: docs/operations.md.`)
 		MaxInboundBytes:     *maxInbound,
 		ConnInboundBytes:    *connInbound,
 		SlowConsumerTimeout: nonZero(*slowConsumer),
+		StateDir:            *stateDirFlag,
 	}
 	if *supervise != "" {
 		svcs, err := runtime.LoadServices(*supervise)
