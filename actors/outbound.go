@@ -168,7 +168,7 @@ func encodeEvent(dst []byte, ev Event) []byte {
 	case EventOutput:
 		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
 	case EventExited:
-		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.Limit)
+		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.ExitSignal, ev.Limit)
 	case EventMessage:
 		return append(dst, ev.Data...)
 	case EventFailed:
