@@ -302,6 +302,13 @@ var (
 	// error (a recovered panic in its actor); its tree was killed. Errors
 	// matching it are *ProcessError.
 	ErrProcessFailed = errors.New("runtime: process failed")
+	// ErrSessionGone: a resume (Dial with ResumeSessionID, a Client's
+	// reconnect) named a session the server no longer has: its detach TTL
+	// ran out, or the server restarted. Its processes are gone with it;
+	// only a new session can go on. Errors matching it are *RPCError
+	// (-32600 "unknown session id ..."); a resume that could not reach the
+	// server at all does not match it (ErrDisconnected and the dial error).
+	ErrSessionGone = errors.New("runtime: session gone")
 )
 
 // ProcessError is the failure of one process inside the runtime (not the
@@ -334,6 +341,15 @@ func (e *RPCError) Error() string { return fmt.Sprintf("runtimed error %d: %s", 
 
 // Unwrap returns the sentinel the error stands for, if any.
 func (e *RPCError) Unwrap() error { return e.sentinel }
+
+// initializeError is the *RPCError of a refused initialize; a resume of a
+// session the server does not have matches ErrSessionGone.
+func initializeError(e *RPCError, resumed string) *RPCError {
+	if resumed != "" && e.Code == wire.CodeInvalidRequest && e.Message == wire.ErrUnknownSession(resumed).Message {
+		e.sentinel = ErrSessionGone
+	}
+	return e
+}
 
 // errProcessExists is the error both backends return for a duplicate id.
 func errProcessExists(id string) error {

@@ -135,7 +135,12 @@
 // within ReconnectWindow, re-initializes with the session id, catches each
 // open process up with process/read from its last delivered seq, and
 // resends unanswered requests (writes keep their writeId, so the server
-// applies each once). Only if that fails does it latch. Against a runtimed
+// applies each once). Only if that fails does it latch. A resume the server
+// refuses because it no longer has the session (its detach TTL ran out, it
+// restarted) latches an error matching both ErrDisconnected and
+// [ErrSessionGone], with the server's [*RPCError] in its chain; Dial with
+// ClientOptions.ResumeSessionID returns the same; a server that cannot be
+// reached gives ErrDisconnected (or the dial error) without ErrSessionGone. Against a runtimed
 // server (capability runtimedOutputAck) the client acknowledges the output
 // it receives (process/ack, every 128 KiB and 20 ms after the last), so the
 // server keeps what was in flight at a drop and the catch-up is lossless at
