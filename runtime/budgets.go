@@ -15,7 +15,7 @@ import (
 const (
 	// DefaultOutboundQueueBytes is one connection's outbound queue budget:
 	// events and responses waiting for a client that reads slowly.
-	DefaultOutboundQueueBytes = actors.DefaultOutboundQueueBytes
+	DefaultOutboundQueueBytes = 256 << 10 // 256 KiB
 	// DefaultSlowConsumerTimeout: a websocket connection whose outbound
 	// queue makes no progress for this long is closed as a slow consumer.
 	DefaultSlowConsumerTimeout = 30 * time.Second

@@ -26,7 +26,7 @@ const (
 	DefaultClosedRetention = 30 * time.Second
 	DefaultShutdownGrace   = 2 * time.Second
 	DefaultMaxProcesses    = 4096
-	DefaultMaxMessageBytes = wire.DefaultMaxMessageBytes
+	DefaultMaxMessageBytes = 64 << 20 // 64 MiB
 	// drainAfterTerminate: how long a terminated process's output may still
 	// drain after it exits before its streams are closed by force.
 	drainAfterTerminate = 100 * time.Millisecond
@@ -69,15 +69,15 @@ type Config struct {
 	// connection the budgets refuse gets that error with id null and a
 	// close frame 1008.
 	//
-	// MaxConnections bounds open connections (default: the smaller of a
-	// quarter of the descriptor budget and MaxOutboundBytes /
+	// MaxConnections bounds open connections (default: the smaller of
+	// three quarters of the descriptor budget and MaxOutboundBytes /
 	// OutboundQueueBytes).
 	MaxConnections int
 	// MaxProcessesTotal bounds active processes server-wide (default: the
 	// smaller of the descriptor budget without the reserve / 6 and
 	// MaxRetainedBytes / what one process may retain).
 	MaxProcessesTotal int
-	// MaxOpenFiles bounds the descriptors charged to connections (2 each)
+	// MaxOpenFiles bounds the descriptors charged to connections (1 each)
 	// and processes (6 each) (default: RLIMIT_NOFILE minus those open at
 	// start and 32); FDReserve of them (default 1/16, between 32 and 1024)
 	// only new connections and sessions with fewer than 2 active processes
@@ -85,7 +85,7 @@ type Config struct {
 	MaxOpenFiles int
 	FDReserve    int // see MaxOpenFiles; below a positive MaxOpenFiles
 	// MaxRetainedBytes bounds the output processes may hold: each charges
-	// RetainBytes plus its read-ahead (18 reads of up to 256 KiB) while it
+	// RetainBytes plus its read-ahead (18 reads of up to 64 KiB) while it
 	// runs, RetainBytes once closed until its retention ends (default: half
 	// of memory, a worst case: the read-ahead fills only behind a slow client).
 	MaxRetainedBytes int64
@@ -100,7 +100,7 @@ type Config struct {
 	// message counts once it outgrows 64 KiB, at MaxMessageBytes while it is
 	// read (its size is not known yet), then at its buffer's size. Past either
 	// budget the server stops reading the connection (backpressure); a
-	// message that waits 10 s is refused with -32011 naming the limit.
+	// message that waits a minute is refused with -32011 naming the limit.
 	// Defaults: the larger of a sixty-fourth of memory and twice
 	// MaxMessageBytes (server-wide), twice MaxMessageBytes (per connection).
 	// Each must be at least MaxMessageBytes.
