@@ -1,9 +1,7 @@
 package runtime
 
 import (
-	"context"
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/runtimed/runtimed/wire"
@@ -25,22 +23,8 @@ func TestResumeOfAGoneSession(t *testing.T) {
 	}
 
 	// A reconnect whose resume finds the session gone latches with both.
-	var mu sync.Mutex
-	var conns []*cuttable
-	c, err := Dial(ctx, ws.url, &ClientOptions{
-		Reconnect: true,
-		DialTransport: func(ctx context.Context) (wire.Transport, error) {
-			tr, err := wire.DialWebsocket(ctx, ws.url, nil, 0)
-			if err != nil {
-				return nil, err
-			}
-			ct := &cuttable{Transport: tr}
-			mu.Lock()
-			conns = append(conns, ct)
-			mu.Unlock()
-			return ct, nil
-		},
-	})
+	dial, nth := cuttableDials(ws.url)
+	c, err := Dial(ctx, ws.url, &ClientOptions{Reconnect: true, DialTransport: dial})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,9 +33,7 @@ func TestResumeOfAGoneSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	conns[0].cut()
-	mu.Unlock()
+	nth(0).cut()
 	_, err = p.Wait(ctx)
 	if !errors.Is(err, ErrSessionGone) || !errors.As(err, &re) || !errors.Is(err, ErrDisconnected) {
 		t.Fatalf("Wait after a reconnect found the session gone: %v; want ErrSessionGone, an *RPCError and ErrDisconnected", err)
