@@ -147,7 +147,10 @@ type Config struct {
 	// that a runtime started after this one died can kill them; at start it
 	// is searched for the records of runtimes that died (see
 	// ReclaimOrphans). Empty means $RUNTIMED_STATE_DIR, else
-	// $XDG_RUNTIME_DIR/runtimed, else <os.TempDir>/runtimed-<uid>.
+	// $XDG_RUNTIME_DIR/runtimed, else <os.TempDir>/runtimed-<uid>. It is
+	// made (0700) if its parent exists, and used only if it belongs to
+	// this user and nobody else may write it; otherwise nothing is
+	// recorded (logged at start).
 	StateDir string
 	// Metrics collects Prometheus metrics in a registry of this server's
 	// own, served by ObservabilityHandler (see docs/operations.md).

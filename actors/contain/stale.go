@@ -179,12 +179,15 @@ func killCgroup(cg, controller string) error {
 // ownerFile names a manager's owner record in its state directory.
 const ownerFile = "owner"
 
-// openStateDir makes dir (0700) if needed and checks that it is this
-// user's and writable by nobody else: a record in it makes a later daemon
-// kill a process group.
-func openStateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
+// openStateDir checks that dir is this user's and writable by nobody else
+// (a record in it makes a later daemon kill a process group); with create
+// it makes dir (0700) first if its parent exists (never the parents: in an
+// empty root, say, nothing is recorded rather than /tmp made).
+func openStateDir(dir string, create bool) error {
+	if create {
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {
@@ -199,7 +202,7 @@ func openStateDir(dir string) error {
 
 // cleanStaleRecords kills the process groups recorded by dead managers.
 func cleanStaleRecords(stateDir string) []Reclaimed {
-	if openStateDir(stateDir) != nil {
+	if openStateDir(stateDir, false) != nil {
 		return nil
 	}
 	ents, err := os.ReadDir(stateDir)
@@ -306,7 +309,7 @@ func groupMembers(pgid int) []int {
 // owner file; "" when it cannot (recording is then off, and said so by
 // the error).
 func openRecords(stateDir, name string) (string, error) {
-	if err := openStateDir(stateDir); err != nil {
+	if err := openStateDir(stateDir, true); err != nil {
 		return "", err
 	}
 	st, ok := readStat(os.Getpid())
