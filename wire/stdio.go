@@ -52,6 +52,8 @@ func NewStdioTransport(r io.Reader, w io.Writer, maxMessage int) *StdioTransport
 	return t
 }
 
+var nl = []byte("\n")
+
 // ReadMessage returns the next non-empty line without its newline. The
 // slice is reused by the next call unless ReleaseReadBuffer drops it.
 func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
@@ -64,7 +66,7 @@ func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 			frag, err := t.r.ReadSlice('\n')
 			switch {
 			case refused != nil:
-				refused.Size += len(frag)
+				refused.Size += len(bytes.TrimSuffix(frag, nl))
 			case tooBig:
 			case len(t.line)+len(frag) > t.max+1:
 				tooBig = true
@@ -72,7 +74,7 @@ func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 			default:
 				if !admitted && len(t.line)+len(frag) > LargeReadBytes {
 					if gerr := t.gate.AdmitRead(ctx); gerr != nil {
-						refused = &ReadRefusedError{Prefix: bytes.Clone(t.line), Size: len(t.line) + len(frag), Err: gerr}
+						refused = &ReadRefusedError{Prefix: bytes.Clone(t.line), Size: len(t.line) + len(bytes.TrimSuffix(frag, nl)), Err: gerr}
 						if len(refused.Prefix) < LargeReadBytes {
 							refused.Prefix = append(refused.Prefix, frag[:min(len(frag), LargeReadBytes-len(refused.Prefix))]...)
 						}
