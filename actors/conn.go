@@ -147,13 +147,6 @@ type conn struct {
 	gate     *inboundGate        // the transport's read gate (nil without inbound budgets); its state is the reader's
 }
 
-// fsItem is an fs request for the fs worker and the inbound bytes it holds
-// until it is answered.
-type fsItem struct {
-	msg     wire.Message
-	inbound int64
-}
-
 // ServeConn runs the connection actor on t until the connection ends or
 // ctx is cancelled, then detaches or discards its session. It returns the
 // latched cause. A connection the budgets refuse is told why (an error
@@ -256,20 +249,8 @@ func (c *conn) readLoop() {
 	for {
 		data, err := c.t.ReadMessage(context.Background())
 		if err != nil {
-			var refused *wire.ReadRefusedError
-			if errors.As(err, &refused) && c.ctx.Err() == nil {
-				// The inbound budget refused it; the rest was dropped.
-				id := wire.ScanID(refused.Prefix)
-				if id == nil {
-					id = wire.NullID
-				}
-				var e *wire.Error
-				if be, ok := errors.AsType[*BudgetError](refused.Err); ok {
-					e = be.Wire()
-				} else {
-					e = wire.AsError(refused.Err)
-				}
-				c.reply(id, nil, e)
+			if refused, ok := errors.AsType[*wire.ReadRefusedError](err); ok && c.ctx.Err() == nil {
+				c.answerRefused(refused) // the inbound budget refused it; the rest was dropped
 				continue
 			}
 			if errors.Is(err, wire.ErrMessageTooBig) {
@@ -575,62 +556,6 @@ func absPath(p string) (string, error) {
 		return "", fmt.Errorf("must be absolute: %s", p)
 	}
 	return filepath.Clean(p), nil
-}
-
-// fs hands an fs/* request to the connection's fs worker. The worker runs
-// them one at a time in arrival order (a client may pipeline a write and a
-// read of one file) and owns the connection's fs/open handles, so a large
-// copy or read never holds up the reader, process requests or long polls.
-func (c *conn) fs(msg wire.Message) {
-	c.cur.deferred = true // the fs worker observes it and returns its inbound bytes
-	if c.fsq == nil {
-		c.outbound()
-		c.fsq = make(chan fsItem, connFsQueueCap)
-		c.wg.Go(c.fsWorker)
-	}
-	select {
-	case c.fsq <- fsItem{msg: msg, inbound: c.cur.inbound}:
-	case <-c.ctx.Done():
-	}
-}
-
-// fsWorker is the fs worker goroutine. It owns the connection's
-// fsops.Worker (fs/open handles and fs/watchMissing watches), closed when
-// it ends, and sends each fs/missingChanged after the answer that armed it.
-func (c *conn) fsWorker() {
-	w := fsops.NewWorker(c.sup.cfg.FsRoots)
-	defer w.Close()
-	for {
-		select {
-		case it := <-c.fsq:
-			ok := c.fsRequest(it.msg, w)
-			c.releaseInbound(it.inbound)
-			if !ok {
-				return
-			}
-		case ev, ok := <-w.Events():
-			w.Event(ev, ok)
-		case err, ok := <-w.Errors():
-			w.Error(err, ok)
-		case <-c.ctx.Done():
-			return
-		}
-		for _, n := range w.Notifications() {
-			c.notify(wire.NotifyFsMissingChanged, n)
-		}
-	}
-}
-
-// fsRequest runs one fs request; false when it panicked (the connection
-// then fails: the handles may be in any state).
-func (c *conn) fsRequest(msg wire.Message, w *fsops.Worker) (ok bool) {
-	defer c.recoverPanic("fs worker", msg.ID)
-	runTestHook(&hookFsRequest, msg.Method)
-	start := time.Now()
-	res, ferr := w.Handle(msg.Method, msg.Params)
-	c.reply(msg.ID, res, ferr)
-	c.observeRequest(msg.Method, msg.ID, start)
-	return true
 }
 
 // params decodes msg's params into p, answering a decode error itself; it

@@ -3,6 +3,7 @@ package actors
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -295,4 +296,18 @@ func (s *Supervisor) inboundRelease(key uint64, n int64) {
 // inboundDone returns whatever a connection still holds.
 func (s *Supervisor) inboundDone(key uint64) {
 	_ = send(context.Background(), s.budgets.mbox, budgetMsg(inboundDoneMsg{key: key}), s.budgets.done)
+}
+
+// answerRefused answers a message the inbound budget refused (its rest was
+// dropped): -32011 under its id when its first bytes hold one, else null.
+func (c *conn) answerRefused(refused *wire.ReadRefusedError) {
+	id := wire.ScanID(refused.Prefix)
+	if id == nil {
+		id = wire.NullID
+	}
+	if be, ok := errors.AsType[*BudgetError](refused.Err); ok {
+		c.reply(id, nil, be.Wire())
+		return
+	}
+	c.reply(id, nil, wire.AsError(refused.Err))
 }
