@@ -345,6 +345,10 @@ var knownMethods = map[string]string{
 	wire.MethodProcessKill:       "exec",
 	wire.MethodEnvironmentInfo:   "environment info",
 	wire.MethodHTTPRequest:       "http",
+
+	wire.MethodEnvironmentConfigRead:     "environment config",
+	wire.MethodCapabilitiesDiscoverV2:    "capability discovery",
+	wire.MethodCapabilityRootsDiscoverV1: "capability discovery",
 }
 
 func (c *conn) request(msg wire.Message) {
@@ -368,7 +372,7 @@ func (c *conn) request(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrNotInitializedAck(family))
 		return
 	}
-	if family == "filesystem" {
+	if family == "filesystem" || isCodexHomeMethod(msg.Method) {
 		c.fs(msg)
 		return
 	}

@@ -66,7 +66,13 @@ func (c *conn) fsRequest(msg wire.Message, w *fsops.Worker) (ok bool) {
 	defer c.recoverPanic("fs worker", msg.ID)
 	runTestHook(&hookFsRequest, msg.Method)
 	start := time.Now()
-	res, ferr := w.Handle(msg.Method, msg.Params)
+	var res any
+	var ferr *wire.Error
+	if isCodexHomeMethod(msg.Method) {
+		res, ferr = c.codexHomeRequest(msg)
+	} else {
+		res, ferr = w.Handle(msg.Method, msg.Params)
+	}
 	c.reply(msg.ID, res, ferr)
 	c.observeRequest(msg.Method, msg.ID, start)
 	return true

@@ -38,6 +38,8 @@ type Local struct {
 	starts   int
 	maxProcs int   // Config.MaxProcesses: a Local is one session
 	cfgErr   error // Config.Validate's error: every Start returns it
+
+	codexSystemDir string // Config.CodexSystemDir (immutable)
 }
 
 // NewLocal starts an embedded runtime. cfg's zero value means the defaults;
@@ -55,7 +57,7 @@ func NewLocal(cfg Config) *Local {
 	scfg := supervisorConfig(cfg, iso)
 	scfg.Budgets = cfg.budgets(ProbeMachine())
 	scfg.FsRoots = roots // process cwds too
-	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), open: make(map[*actors.ProcessRef]struct{}), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr}
+	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), open: make(map[*actors.ProcessRef]struct{}), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr, codexSystemDir: cfg.CodexSystemDir}
 }
 
 func supervisorConfig(cfg Config, iso *isolation) actors.Config {
@@ -76,6 +78,7 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 		Environment:     hostEnvironment(),
 		Capabilities:    capabilities(cfg, iso),
 		HTTP:            actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
+		CodexSystemDir:  cfg.CodexSystemDir,
 		Logger:          cfg.Logger,
 	}
 }

@@ -152,6 +152,10 @@ type Config struct {
 	// this user and nobody else may write it; otherwise nothing is
 	// recorded (logged at start).
 	StateDir string
+	// CodexSystemDir is where the executor's system Codex configuration
+	// lives (config.toml, requirements.toml, skills/) for
+	// environmentConfig/read and capability discovery. Empty: /etc/codex.
+	CodexSystemDir string
 	// Metrics collects Prometheus metrics in a registry of this server's
 	// own, served by ObservabilityHandler (see docs/operations.md).
 	Metrics bool
