@@ -216,7 +216,7 @@ func cleanStaleRecords(stateDir string) []Reclaimed {
 		}
 		pid, ok := managerPid(e.Name())
 		dir := filepath.Join(stateDir, e.Name())
-		if !ok || ownerAlive(dir) {
+		if !ok || ownerAlive(dir, pid) {
 			continue
 		}
 		recs, _ := os.ReadDir(dir)
@@ -239,19 +239,20 @@ func cleanStaleRecords(stateDir string) []Reclaimed {
 
 // ownerAlive reports whether the manager's process still runs (its pid
 // names a process started when it was recorded): its pid may have been
-// reused, which kill(pid, 0) alone cannot tell.
-func ownerAlive(dir string) bool {
+// reused, which kill(pid, 0) alone cannot tell. Without an owner file (a
+// manager between making its directory and writing it) kill(pid, 0) says.
+func ownerAlive(dir string, pid int) bool {
 	b, err := os.ReadFile(filepath.Join(dir, ownerFile))
 	if err != nil {
-		return false
+		return syscall.Kill(pid, 0) == nil
 	}
 	f := strings.Fields(string(b))
 	if len(f) != 2 {
 		return false
 	}
-	pid, _ := strconv.Atoi(f[0])
+	owner, _ := strconv.Atoi(f[0])
 	start, _ := strconv.ParseUint(f[1], 10, 64)
-	st, ok := readStat(pid)
+	st, ok := readStat(owner)
 	return ok && st.start == start
 }
 
