@@ -275,9 +275,10 @@ func (c *conn) readLoop() {
 		if c.gate != nil {
 			inbound = c.gate.took(data)
 		}
+		size := len(data)
 		var msg wire.Message
 		var perr *wire.Error
-		if len(data) >= wire.LargeReadBytes {
+		if size >= wire.LargeReadBytes {
 			// Do not keep a buffer grown for this message: hand it to
 			// the decoded message instead of copying it.
 			wire.ReleaseReadBuffer(c.t)
@@ -286,7 +287,7 @@ func (c *conn) readLoop() {
 			msg, perr = wire.Decode(data)
 		}
 		data = nil
-		if inbound >= LargeMessageBytes {
+		if size >= LargeMessageBytes {
 			c.sup.largeMessage()
 		}
 		if perr != nil {
