@@ -40,9 +40,20 @@ func TestResumeRightAfterCleanClose(t *testing.T) {
 	}
 }
 
+// resumeAfterCleanClose runs on a goroutine of its own: it reports failures, never calls t.Fatal.
 func resumeAfterCleanClose(t *testing.T, url, dir, id string) error {
 	ctx := tctx(t, wait)
-	c1 := dial(t, url, nil)
+	dialWS := func() (*wiretest.Client, error) {
+		c, err := wiretest.DialWS(ctx, url, nil)
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+	c1, err := dialWS()
+	if err != nil {
+		return err
+	}
 	sid, err := c1.Initialize(ctx)
 	if err != nil {
 		return fmt.Errorf("initialize: %w", err)
@@ -53,7 +64,10 @@ func resumeAfterCleanClose(t *testing.T, url, dir, id string) error {
 	// The close frame is sent; its error may only say the server's close frame and its end of the TCP
 	// connection raced the client library's wait for them.
 	_ = c1.CloseClean()
-	c2 := dial(t, url, nil)
+	c2, err := dialWS()
+	if err != nil {
+		return err
+	}
 	got, err := c2.Resume(ctx, sid)
 	if err != nil {
 		return fmt.Errorf("resume at once after a clean close: %w", err)
