@@ -184,7 +184,7 @@ func TestManagedNetworkError(t *testing.T) {
 		{wire.StartParams{NetworkProxy: json.RawMessage(`{}`)}, false, "managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false)"},
 	}
 	for i, c := range cases {
-		e := managedNetworkError(&c.p, c.sandboxed)
+		_, e := managedNetworkError(networkRequest(&c.p), c.sandboxed)
 		switch {
 		case c.want == "" && e != nil:
 			t.Errorf("case %d: unexpected %v", i, e)

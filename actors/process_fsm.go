@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // The process actor's lifecycle is one state machine: a phase that only
@@ -275,7 +277,7 @@ func (p *process) shutdown(force bool) {
 // streams end, at most exitHold, so that output written before the exit
 // is numbered before it.
 func (p *process) onReaped(status int) {
-	code, sig := splitWait(status)
+	code, sig := osproc.SplitWait(status)
 	p.exitHeld, p.heldCode, p.heldSignal, p.heldUntil = true, code, sig, p.clock.Now().Add(exitHold)
 	if p.openStreams == 0 {
 		p.numberExit()

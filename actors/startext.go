@@ -10,9 +10,10 @@ import (
 // Helpers of process/start for the Codex 0.169 fields (PROTOCOL.md section
 // 7.2), kept out of conn.start so that it stays short.
 
-// managedNetworkError says why the managed network p asks for cannot be
-// provided, or nil. sandboxed: the process will run in an enforced sandbox
-// (the request's, or the server's default).
+// managedNetworkError says why the managed network n asks for cannot be
+// provided (the field at fault and the refusal), or nil. sandboxed: the
+// process will run in an enforced sandbox (the request's, or the server's
+// default).
 //
 // As in the reference exec-server, enforceManagedNetwork without a sandbox
 // has nothing to enforce: the process runs unsandboxed ("sandboxType":
@@ -24,17 +25,26 @@ import (
 // without managedNetwork it fails closed, as the reference does. networkProxy
 // (launch a proxy here) is refused in any case: the networkProxyLaunch
 // capability is false.
-func managedNetworkError(p *wire.StartParams, sandboxed bool) *wire.Error {
-	if len(p.NetworkProxy) > 0 && string(p.NetworkProxy) != "null" {
-		return wire.ErrManagedNetwork("this executor cannot launch a network proxy (capability networkProxyLaunch is false)")
+func managedNetworkError(n NetworkRequest, sandboxed bool) (string, *wire.Error) {
+	if n.LaunchProxy {
+		return "networkProxy", wire.ErrManagedNetwork("this executor cannot launch a network proxy (capability networkProxyLaunch is false)")
 	}
-	if !p.EnforceManagedNetwork || !sandboxed {
-		return nil
+	if !n.Enforce || !sandboxed {
+		return "", nil
 	}
-	if p.ManagedNetwork == nil {
-		return wire.ErrManagedNetwork("enforceManagedNetwork is set without managedNetwork, so the sandbox would have no proxy to allow")
+	if !n.Managed {
+		return "managedNetwork", wire.ErrManagedNetwork("enforceManagedNetwork is set without managedNetwork, so the sandbox would have no proxy to allow")
 	}
-	return wire.ErrManagedNetwork("this executor cannot confine a sandboxed process's network to the managed proxy's loopback ports")
+	return "managedNetwork", wire.ErrManagedNetwork("this executor cannot confine a sandboxed process's network to the managed proxy's loopback ports")
+}
+
+// networkRequest decodes process/start's managed-network fields.
+func networkRequest(p *wire.StartParams) NetworkRequest {
+	return NetworkRequest{
+		LaunchProxy: len(p.NetworkProxy) > 0 && string(p.NetworkProxy) != "null",
+		Enforce:     p.EnforceManagedNetwork,
+		Managed:     p.ManagedNetwork != nil,
+	}
 }
 
 // processMetadata is the metadata kept with the process, or nil.
@@ -57,7 +67,7 @@ func wireMetadata(m *Metadata) *wire.ProcessMetadata {
 // parse. A client sends the same object with every start (Codex does),
 // and the strict parse of its usual workspace-write shape costs ~150 µs,
 // as much as the rest of the request; the parsed value is only read
-// (Supervisor.SandboxFor resolves it anew, against the file system, at
+// (Supervisor.Start resolves it anew, against the file system, at
 // each start). Objects over sandboxCacheMax are parsed every time, so an
 // idle connection holds at most that much.
 type sandboxCache struct {

@@ -6,8 +6,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
@@ -29,7 +29,7 @@ const (
 // probed once at construction; release frees them after the supervisor
 // has stopped.
 type isolation struct {
-	actors.Isolation
+	osproc.Isolation
 	once sync.Once
 }
 

@@ -1,4 +1,4 @@
-package actors
+package osproc
 
 // A wait status, as Session.Wait returns it: the exit code (0..255), or
 // SignaledBy(N) for a death by signal N. On the wire (and in ExitCode
@@ -13,9 +13,9 @@ const signaledFlag = 1 << 16
 // SignaledBy is the wait status of a death by signal sig.
 func SignaledBy(sig int) int { return signaledFlag | sig }
 
-// splitWait returns the protocol's exit code (128+N for signal N) and the
+// SplitWait returns the protocol's exit code (128+N for signal N) and the
 // signal (0 when the process exited on its own) of a wait status.
-func splitWait(status int) (code, sig int) {
+func SplitWait(status int) (code, sig int) {
 	if status >= 0 && status&signaledFlag != 0 {
 		sig = status &^ signaledFlag
 		return 128 + sig, sig
