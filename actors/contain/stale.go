@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -94,33 +95,31 @@ func managerPid(name string) (int, bool) {
 	return pid, true
 }
 
-// staleOwner is managerPid of a manager whose process is gone.
-func staleOwner(name string) (int, bool) {
-	pid, ok := managerPid(name)
-	if !ok || syscall.Kill(pid, 0) == nil {
-		return 0, false
+// deadManagers yields the manager directories in base (runtimed-<pid>,
+// runtimed-<pid>.<seq>; never this process's) whose process alive says is
+// gone, with its pid.
+func deadManagers(base string, alive func(dir string, pid int) bool) iter.Seq2[string, int] {
+	return func(yield func(string, int) bool) {
+		ents, _ := os.ReadDir(base)
+		for _, e := range ents {
+			pid, ok := managerPid(e.Name())
+			dir := filepath.Join(base, e.Name())
+			if !e.IsDir() || !ok || alive(dir, pid) {
+				continue
+			}
+			if !yield(dir, pid) {
+				return
+			}
+		}
 	}
-	return pid, true
 }
 
 // cleanStaleCgroups kills and removes the per-tree cgroups under each
 // dead manager's directory in base; controller is "" for the unified
 // hierarchy.
 func cleanStaleCgroups(base, controller string) []Reclaimed {
-	ents, err := os.ReadDir(base)
-	if err != nil {
-		return nil
-	}
 	var out []Reclaimed
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		pid, ok := staleOwner(e.Name())
-		if !ok {
-			continue
-		}
-		dir := filepath.Join(base, e.Name())
+	for dir, pid := range deadManagers(base, func(_ string, pid int) bool { return syscall.Kill(pid, 0) == nil }) {
 		subs, _ := os.ReadDir(dir)
 		for _, s := range subs {
 			if !s.IsDir() {
@@ -205,20 +204,8 @@ func cleanStaleRecords(stateDir string) []Reclaimed {
 	if openStateDir(stateDir, false) != nil {
 		return nil
 	}
-	ents, err := os.ReadDir(stateDir)
-	if err != nil {
-		return nil
-	}
 	var out []Reclaimed
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		pid, ok := managerPid(e.Name())
-		dir := filepath.Join(stateDir, e.Name())
-		if !ok || ownerAlive(dir, pid) {
-			continue
-		}
+	for dir, pid := range deadManagers(stateDir, ownerAlive) {
 		recs, _ := os.ReadDir(dir)
 		for _, r := range recs {
 			if r.Name() == ownerFile {
