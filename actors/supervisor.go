@@ -58,6 +58,10 @@ type Config struct {
 	// session, so they are listed, not controlled, there).
 	Services func(ctx context.Context) []wire.ProcessInfo
 	Logger   *zap.Logger
+	// Clock is where connections take their time from: the slow-consumer
+	// watchdog's timer and marks (nil: RealClock). Process actors take
+	// theirs from Proc.Clock.
+	Clock Clock
 	// Metrics receives measurements (nil: none are taken).
 	Metrics Metrics
 }
