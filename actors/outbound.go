@@ -58,7 +58,7 @@ func eventSize(ev Event) int {
 	case EventMessage:
 		return len(ev.Data)
 	}
-	return 128 + len(ev.ProcessID)
+	return 160 + len(ev.ProcessID) + len(ev.Limit)
 }
 
 // lazyResponse reports whether a result is large enough to be encoded by
