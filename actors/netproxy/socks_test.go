@@ -177,4 +177,3 @@ func TestSOCKS5UDP(t *testing.T) {
 		}
 	}
 }
-
