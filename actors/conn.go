@@ -501,7 +501,7 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, serr)
 		return
 	}
-	if e := managedNetworkError(&p, spec.Sandbox != nil); e != nil {
+	if e := managedNetworkError(&p, spec.Sandbox != nil, c.sup.cfg.NetworkDeny); e != nil {
 		c.reply(msg.ID, nil, e)
 		return
 	}

@@ -180,10 +180,19 @@ func TestManagedNetworkError(t *testing.T) {
 		{wire.StartParams{NetworkProxy: json.RawMessage(`null`)}, false, ""},
 		{wire.StartParams{EnforceManagedNetwork: true}, true, "managed network cannot be provided: enforceManagedNetwork is set without managedNetwork, so the sandbox would have no proxy to allow"},
 		{wire.StartParams{EnforceManagedNetwork: true, ManagedNetwork: ports}, true, "managed network cannot be provided: this executor cannot confine a sandboxed process's network to the managed proxy's loopback ports"},
-		{wire.StartParams{NetworkProxy: json.RawMessage(`{}`)}, false, "managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false)"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(`{"proxy":{"enabled":true,"domains":{"pypi.org":"allow"}}}`)}, false,
+			"managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false: no network namespace confines the command to the proxy on this host)"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(`{}`)}, false, "missing field `networkProxy.proxy`"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(`{"proxy":{"mode":"open"}}`)}, true, "invalid field `networkProxy.proxy.mode`: unknown variant `open`, expected one of `full`, `limited`"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(`{"proxy":{"domains":{"a.*.org":"allow"}}}`)}, false,
+			"invalid field `networkProxy.proxy.domains`: pattern \"a.*.org\": a wildcard is only allowed as a leading *. or **."},
+		{wire.StartParams{NetworkProxy: json.RawMessage(`{"proxy":{"domains":{"*":"deny"}}}`)}, false,
+			"invalid field `networkProxy.proxy.domains`: pattern \"*\": \"*\" is only an allow"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(`{"proxy":{"transparentTcp":true}}`)}, false,
+			"invalid field `networkProxy.proxy.transparentTcp`: not supported by this executor (capability networkProxyTransparentTcp is false)"},
 	}
 	for i, c := range cases {
-		e := managedNetworkError(&c.p, c.sandboxed)
+		e := managedNetworkError(&c.p, c.sandboxed, []string{"**.floor.test"})
 		switch {
 		case c.want == "" && e != nil:
 			t.Errorf("case %d: unexpected %v", i, e)

@@ -22,11 +22,16 @@ import (
 // loopback ports inside a sandbox whose network is cut, so it refuses
 // rather than run the command with more (or less) network than asked; and
 // without managedNetwork it fails closed, as the reference does. networkProxy
-// (launch a proxy here) is refused in any case: the networkProxyLaunch
-// capability is false.
-func managedNetworkError(p *wire.StartParams, sandboxed bool) *wire.Error {
-	if len(p.NetworkProxy) > 0 && string(p.NetworkProxy) != "null" {
-		return wire.ErrManagedNetwork("this executor cannot launch a network proxy (capability networkProxyLaunch is false)")
+// (launch a proxy here, section 7.5) is parsed and its policy compiled
+// against the operator's floor (so a malformed one is -32602 naming the
+// field), then refused: the networkProxyLaunch capability is false until
+// the command's network namespace makes the proxy its only way out.
+func managedNetworkError(p *wire.StartParams, sandboxed bool, floor []string) *wire.Error {
+	if ns, err := ParseNetworkSpec(p.NetworkProxy, p.PolicyDecisionTimeoutMs, floor); err != nil {
+		return err
+	} else if ns != nil {
+		return wire.ErrManagedNetwork("this executor cannot launch a network proxy (capability networkProxyLaunch is false: " +
+			"no network namespace confines the command to the proxy on this host)")
 	}
 	if !p.EnforceManagedNetwork || !sandboxed {
 		return nil

@@ -54,6 +54,9 @@ type Config struct {
 	// session, so they are listed, not controlled, there).
 	Services func(ctx context.Context) []wire.ProcessInfo
 	Logger   *zap.Logger
+	// NetworkDeny is the operator's network floor: patterns no managed
+	// network policy can allow (checked by the caller: runtime validates it).
+	NetworkDeny []string
 	// Metrics receives measurements (nil: none are taken).
 	Metrics Metrics
 }

@@ -76,6 +76,7 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 		Environment:     hostEnvironment(),
 		Capabilities:    capabilities(cfg, iso),
 		HTTP:            actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
+		NetworkDeny:     cfg.NetworkDeny,
 		Logger:          cfg.Logger,
 	}
 }

@@ -133,6 +133,10 @@ type Config struct {
 	// Metrics collects Prometheus metrics in a registry of this server's
 	// own, served by ObservabilityHandler (see docs/operations.md).
 	Metrics bool
+	// NetworkDeny is the operator's network floor: domain patterns (host,
+	// *.d, **.d; not "*") that no client's managed-network policy can
+	// allow (runtimed serve --network-deny).
+	NetworkDeny []string
 }
 
 // Validate reports configuration errors that NewServer would otherwise

@@ -313,6 +313,8 @@ func TestConfigValidated(t *testing.T) {
 		{"Config.FsRoots", Config{FsRoots: []string{"/no/such/dir/at/all"}}},
 		{"Config.DefaultSandbox", Config{DefaultSandbox: "tight"}},
 		{"Config.Containment", Config{Containment: "jail"}},
+		{"Config.NetworkDeny[1]", Config{NetworkDeny: []string{"**.ok.test", "*"}}},
+		{"Config.NetworkDeny[0]", Config{NetworkDeny: []string{"a.*.test"}}},
 	} {
 		if err := c.cfg.Validate(); optionOf(err) != c.option {
 			t.Errorf("Validate: %v; want an *OptionError naming %s", err, c.option)
@@ -337,7 +339,7 @@ func TestConfigValidated(t *testing.T) {
 		}
 	}
 	// What is documented as meaningful stays valid.
-	if err := (Config{DetachTTL: -1, ClosedRetention: -1, MaxConnections: -1, SlowConsumerTimeout: -1}).Validate(); err != nil {
+	if err := (Config{DetachTTL: -1, ClosedRetention: -1, MaxConnections: -1, SlowConsumerTimeout: -1, NetworkDeny: []string{"evil.test", "*.evil.test", "**.evil.test", "10.0.0.1"}}).Validate(); err != nil {
 		t.Errorf("documented negatives: %v", err)
 	}
 }
