@@ -144,6 +144,7 @@ type conn struct {
 	httpm    *httpManager        // the http manager, started on the first http/request
 	cur      curRequest          // the request being handled (metrics, logs)
 	lastSB   sandboxCache        // the last process/start.sandbox, parsed
+	ask      *asker              // pending network/policyRequest, started with the first managed network
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -274,8 +275,10 @@ func (c *conn) readLoop() {
 		}
 		switch msg.Kind {
 		case wire.KindResponse:
-			c.latch(ReasonProtocol, errors.New("a client may not send responses"))
-			return
+			if !c.answer(msg) {
+				c.latch(ReasonProtocol, errors.New("a client may not send responses"))
+				return
+			}
 		case wire.KindNotification:
 			if !c.notification(msg) {
 				return
@@ -501,9 +504,13 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, serr)
 		return
 	}
-	if e := managedNetworkError(&p, spec.Sandbox != nil, c.sup.cfg.NetworkDeny); e != nil {
+	ns, e := managedNetwork(&p, spec.Sandbox != nil, c.sup.cfg.NetworkDeny, c.sup.cfg.Isolation.Net != nil)
+	if e != nil {
 		c.reply(msg.ID, nil, e)
 		return
+	}
+	if ns != nil {
+		spec.Network = c.managedNetworkFor(p.ProcessID, ns, p.PolicyDecisionTimeoutMs != nil)
 	}
 	spec.Limits = LimitsFrom(p.Limits)
 	sub := c.subscriber()

@@ -119,8 +119,9 @@ func TestStartMetadataSandboxTypeAndManagedNetwork(t *testing.T) {
 	// Without a sandbox there is nothing to enforce, as in the reference.
 	mustOK(t, start("enforced", map[string]any{"enforceManagedNetwork": true}))
 	mustOK(t, start("details", map[string]any{"enforceManagedNetwork": false, "managedNetwork": map[string]any{"loopbackPorts": []int{3128}, "allowLocalBinding": true}}))
-	mustErr(t, start("proxy", map[string]any{"networkProxy": map[string]any{}}), -32602,
-		"managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false)")
+	mustErr(t, start("proxy", map[string]any{"networkProxy": map[string]any{"proxy": map[string]any{"enabled": true}}}), -32602,
+		"managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false: no network namespace confines the command to the proxy on this host)")
+	mustErr(t, start("proxy", map[string]any{"networkProxy": map[string]any{}}), -32602, "missing field `networkProxy.proxy`")
 	// A sandbox with permissions "disabled" enforces nothing: nothing to
 	// route through a proxy either (refusals under an enforced sandbox are
 	// in TestManagedNetworkError and the E2E tests, which have a sandbox host).

@@ -51,6 +51,11 @@ func ParseNetworkSpec(raw json.RawMessage, timeoutMs *uint64, floor []string) (*
 		}
 		return nil, wire.Errorf(wire.CodeInvalidParams, "invalid field `%s`: %v", field, err)
 	}
+	if !np.Enabled {
+		// The proxy is off: every destination is refused (the patterns
+		// were still checked above).
+		m, _ = netproxy.Compile(netproxy.Policy{Floor: floor, Mode: mode}, field)
+	}
 	ns := &NetworkSpec{Enabled: np.Enabled, Policy: m, SOCKS5: np.EnableSOCKS5, SOCKS5UDP: np.EnableSOCKS5 && np.EnableSOCKS5UDP,
 		AskTimeout: DefaultPolicyDecisionTimeout, EnvironmentID: np.EnvironmentID, ExecutionID: np.ExecutionID, AllowLocalBinds: np.AllowLocalBinding}
 	ms := np.PolicyDecisionTimeoutMs

@@ -63,7 +63,7 @@ func spawnErrorCode(err error) int {
 	if errors.Is(err, ErrBudget) {
 		return wire.CodeBudgetExceeded
 	}
-	if errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, contain.ErrLimitUnavailable) || errors.Is(err, sandbox.ErrUnsupported) {
+	if errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, contain.ErrLimitUnavailable) || errors.Is(err, sandbox.ErrUnsupported) || errors.Is(err, ErrNoManagedNetwork) {
 		return wire.CodeInvalidParams
 	}
 	return wire.CodeInternal

@@ -38,6 +38,9 @@ type Spec struct {
 	Limits contain.Limits
 	// Metadata, if set, is kept with the process (see ProcessRef.Metadata).
 	Metadata *Metadata
+	// Network, if set, starts the command's managed-network proxies first
+	// (managednet.go); they end when it exits.
+	Network *ManagedNetwork
 }
 
 // Isolation is what the supervisor spawns with: the probed sandbox host
@@ -46,6 +49,9 @@ type Spec struct {
 type Isolation struct {
 	Host    *sandbox.Host
 	Contain *contain.Manager
+	// Net places a command's proxy listeners (nil: managed networks are
+	// refused; see NetPlacer).
+	Net NetPlacer
 }
 
 // pipeSize is the capacity requested for output pipes (F_SETPIPE_SZ).

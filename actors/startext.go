@@ -27,12 +27,28 @@ import (
 // field), then refused: the networkProxyLaunch capability is false until
 // the command's network namespace makes the proxy its only way out.
 func managedNetworkError(p *wire.StartParams, sandboxed bool, floor []string) *wire.Error {
+	_, err := managedNetwork(p, sandboxed, floor, false)
+	return err
+}
+
+// managedNetwork is the start's managed network (nil without networkProxy)
+// or why it cannot be provided; canLaunch: this host places proxies where
+// only the command reaches them (Isolation.Net).
+func managedNetwork(p *wire.StartParams, sandboxed bool, floor []string, canLaunch bool) (*NetworkSpec, *wire.Error) {
 	if ns, err := ParseNetworkSpec(p.NetworkProxy, p.PolicyDecisionTimeoutMs, floor); err != nil {
-		return err
+		return nil, err
 	} else if ns != nil {
-		return wire.ErrManagedNetwork("this executor cannot launch a network proxy (capability networkProxyLaunch is false: " +
+		if canLaunch {
+			return ns, nil
+		}
+		return nil, wire.ErrManagedNetwork("this executor cannot launch a network proxy (capability networkProxyLaunch is false: " +
 			"no network namespace confines the command to the proxy on this host)")
 	}
+	return nil, managedNetworkRest(p, sandboxed)
+}
+
+// managedNetworkRest judges enforceManagedNetwork and managedNetwork.
+func managedNetworkRest(p *wire.StartParams, sandboxed bool) *wire.Error {
 	if !p.EnforceManagedNetwork || !sandboxed {
 		return nil
 	}
@@ -40,6 +56,17 @@ func managedNetworkError(p *wire.StartParams, sandboxed bool, floor []string) *w
 		return wire.ErrManagedNetwork("enforceManagedNetwork is set without managedNetwork, so the sandbox would have no proxy to allow")
 	}
 	return wire.ErrManagedNetwork("this executor cannot confine a sandboxed process's network to the managed proxy's loopback ports")
+}
+
+// managedNetworkFor is processID's managed network, reporting to this
+// connection; review: the client reviews uncovered hosts (it sent
+// policyDecisionTimeoutMs), else they are refused without asking.
+func (c *conn) managedNetworkFor(processID string, ns *NetworkSpec, review bool) *ManagedNetwork {
+	mn := &ManagedNetwork{Spec: ns, ProcessID: processID, Notify: c.policyNotifier(processID)}
+	if review {
+		mn.Ask = c.policyAsker(processID)
+	}
+	return mn
 }
 
 // processMetadata is the metadata kept with the process, or nil.

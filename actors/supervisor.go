@@ -160,7 +160,7 @@ func (s *Supervisor) spawnCharged(id string, spec Spec, sub *Subscriber, live ch
 	if berr != nil {
 		return nil, berr
 	}
-	sess, err := s.startOS(spec)
+	sess, err := s.startNetworked(spec)
 	if err != nil {
 		s.release(c)
 		if fdExhausted(err) {

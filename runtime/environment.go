@@ -34,6 +34,11 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 	if iso != nil {
 		c.RuntimedSandbox = iso.Host.Enforces()
 		c.RuntimedSandboxSubpaths = c.RuntimedSandbox && iso.Host.MountNS
+		// A managed network only where the sandbox places the proxies as
+		// the command's only way out (Isolation.Net); never advertised
+		// otherwise.
+		c.NetworkProxyLaunch = iso.Net != nil
+		c.NetworkProxyReviewDomains = c.NetworkProxyLaunch
 		if iso.Contain != nil {
 			c.RuntimedTreeContainment = iso.Contain.Mode() != contain.ModePgroup
 			c.RuntimedLimits = iso.Contain.LimitsOnTree()

@@ -8,12 +8,12 @@ import (
 
 // Managed network (PROTOCOL.md section 7.5).
 const (
-	// MethodNetworkPolicyDecision is the server's notification of one
+	// NotifyNetworkPolicyDecision is the server's notification of one
 	// decision of a command's proxy.
-	MethodNetworkPolicyDecision = "network/policyDecision"
-	// MethodNetworkPolicyRequest is the server's request to the client
+	NotifyNetworkPolicyDecision = "network/policyDecision"
+	// ServerRequestNetworkPolicy is the server's request to the client
 	// about a destination the policy does not cover.
-	MethodNetworkPolicyRequest = "network/policyRequest"
+	ServerRequestNetworkPolicy = "network/policyRequest"
 )
 
 // NetworkProxy is process/start's networkProxy after ParseNetworkProxy.

@@ -1,0 +1,232 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors/netproxy"
+)
+
+// A managed network (PROTOCOL.md section 7.5) is one command's HTTP and
+// SOCKS5 proxies: started before the command (its environment names
+// them), on listeners the sandbox places where only that command reaches
+// them, and closed when the command has exited. Decisions are counted,
+// logged with the process id and handed to ManagedNetwork.Notify through
+// a bounded queue (netEventQueue; a full queue drops the notification,
+// counts it and logs it: the decision itself was already counted and
+// logged, and was enforced).
+
+// NetListeners are one command's proxy listeners and the addresses the
+// command dials them at.
+type NetListeners struct {
+	HTTP, SOCKS         net.Listener // SOCKS nil unless asked for
+	HTTPAddr, SOCKSAddr string       // host:port as the command sees them
+}
+
+// NetPlacer opens one command's proxy listeners where that command, and
+// no other way out, reaches them (its network namespace); socks asks for
+// a SOCKS5 listener too. Nil in Isolation: managed networks are refused.
+type NetPlacer func(socks bool) (*NetListeners, error)
+
+// ManagedNetwork is a start's managed network (Spec.Network).
+type ManagedNetwork struct {
+	Spec      *NetworkSpec
+	ProcessID string
+	// Notify receives each decision on the process's forwarder goroutine
+	// (it may block; the queue before it is bounded).
+	Notify func(netproxy.Event)
+	// Ask, if set, is asked about hosts the policy does not cover.
+	Ask netproxy.AskFunc
+}
+
+// netEventQueue bounds the decisions waiting for Notify per process.
+const netEventQueue = 256
+
+// netCloseTimeout bounds closing a command's proxies.
+const netCloseTimeout = 5 * time.Second
+
+// ErrNoManagedNetwork: a start asked for a managed network on a host
+// whose sandbox cannot confine a command to its proxy.
+var ErrNoManagedNetwork = errors.New("actors: managed network not available on this host")
+
+// NetworkProxyError: the proxies of a start could not be started (the
+// start fails; never an open network).
+type NetworkProxyError struct{ Err error }
+
+func (e *NetworkProxyError) Error() string {
+	return "network proxy could not be started: " + e.Err.Error()
+}
+func (e *NetworkProxyError) Unwrap() error { return e.Err }
+
+// goTracked runs f on a goroutine the supervisor waits for; false (f not
+// run) once it has stopped.
+func (s *Supervisor) goTracked(f func()) bool {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	if s.stopped() {
+		return false
+	}
+	s.wg.Go(f)
+	return true
+}
+
+// startNetworked starts spec's child, with its managed network first when
+// it has one.
+func (s *Supervisor) startNetworked(spec Spec) (Session, error) {
+	mn := spec.Network
+	if mn == nil {
+		return s.startOS(spec)
+	}
+	if s.cfg.Isolation.Net == nil {
+		return nil, ErrNoManagedNetwork
+	}
+	ls, err := s.cfg.Isolation.Net(mn.Spec.SOCKS5)
+	if err != nil {
+		return nil, &NetworkProxyError{err}
+	}
+	n, err := s.startProxies(mn, ls)
+	if err != nil {
+		return nil, &NetworkProxyError{err}
+	}
+	spec.Env = netproxy.MergeEnv(spec.Env, netproxy.Env(ls.HTTPAddr, ls.SOCKSAddr, mn.Spec.AllowLocalBinds))
+	sess, err := s.startOS(spec)
+	if err != nil {
+		n.close()
+		return nil, err
+	}
+	return &netSession{Session: sess, n: n}, nil
+}
+
+// netRun is one command's running proxies.
+type netRun struct {
+	p       *netproxy.Proxy
+	serving sync.WaitGroup // the Serve goroutines
+	done    chan struct{}  // closed by close: the forwarder drains and ends
+	once    sync.Once
+}
+
+func (n *netRun) close() {
+	n.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), netCloseTimeout)
+		_ = n.p.Close(ctx)
+		cancel()
+		n.serving.Wait()
+		close(n.done)
+	})
+}
+
+func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun, error) {
+	closeLs := func() {
+		_ = ls.HTTP.Close()
+		if ls.SOCKS != nil {
+			_ = ls.SOCKS.Close()
+		}
+	}
+	events := make(chan netproxy.Event, netEventQueue)
+	var dropped atomic.Int64
+	ask := mn.Ask
+	if !mn.Spec.Enabled {
+		ask = nil
+	}
+	p, err := netproxy.New(netproxy.Config{
+		Policy: mn.Spec.Policy,
+		OnDecision: func(e netproxy.Event) {
+			select {
+			case events <- e:
+			default:
+				dropped.Add(1)
+			}
+		},
+		Ask:             ask,
+		AskTimeout:      mn.Spec.AskTimeout,
+		EnableSOCKS5UDP: mn.Spec.SOCKS5UDP,
+	})
+	if err != nil {
+		closeLs()
+		return nil, err
+	}
+	n := &netRun{p: p, done: make(chan struct{})}
+	log := s.log.Named("net").With(zap.String("process_id", mn.ProcessID))
+	n.serving.Add(1)
+	if !s.goTracked(func() { defer n.serving.Done(); _ = p.ServeHTTP(ls.HTTP) }) {
+		n.serving.Done()
+		closeLs()
+		return nil, ErrStopped
+	}
+	if ls.SOCKS != nil {
+		n.serving.Add(1)
+		if !s.goTracked(func() { defer n.serving.Done(); _ = p.ServeSOCKS5(ls.SOCKS) }) {
+			n.serving.Done()
+			_ = ls.SOCKS.Close()
+			n.close()
+			return nil, ErrStopped
+		}
+	}
+	forward := func(e netproxy.Event) {
+		decision := "deny"
+		if e.Allow {
+			decision = "allow"
+		}
+		s.metrics.NetworkDecision(decision, e.Source)
+		lvl := zap.InfoLevel
+		if e.Allow {
+			lvl = zap.DebugLevel
+		}
+		if ce := log.Check(lvl, "network decision"); ce != nil {
+			ce.Write(zap.String("decision", decision), zap.String("source", e.Source), zap.String("reason", e.Reason),
+				zap.String("protocol", string(e.Protocol)), zap.String("host", e.Host), zap.Int("port", e.Port),
+				zap.String("method", e.Method), zap.Bool("override", e.Override), zap.Bool("floor", e.Floor))
+		}
+		if d := dropped.Swap(0); d > 0 {
+			s.metrics.NetworkEventsDropped(int(d))
+			log.Warn("network/policyDecision notifications dropped: the queue was full", zap.Int64("dropped", d))
+		}
+		if mn.Notify != nil {
+			mn.Notify(e)
+		}
+	}
+	if !s.goTracked(func() {
+		for {
+			select {
+			case e := <-events:
+				forward(e)
+			case <-n.done:
+				for {
+					select {
+					case e := <-events:
+						forward(e)
+					default:
+						if d := dropped.Swap(0); d > 0 {
+							s.metrics.NetworkEventsDropped(int(d))
+						}
+						return
+					}
+				}
+			}
+		}
+	}) {
+		n.close()
+		return nil, ErrStopped
+	}
+	log.Debug("network proxies started", zap.String("http", ls.HTTPAddr), zap.String("socks", ls.SOCKSAddr),
+		zap.String("mode", mn.Spec.Policy.Mode().String()))
+	return n, nil
+}
+
+// netSession closes the command's proxies once the child has exited.
+type netSession struct {
+	Session
+	n *netRun
+}
+
+func (s *netSession) Wait() int {
+	code := s.Session.Wait()
+	s.n.close()
+	return code
+}
