@@ -53,7 +53,7 @@ const netCloseTimeout = 5 * time.Second
 
 // ErrNoManagedNetwork: a start asked for a managed network on a host
 // whose sandbox cannot confine a command to its proxy.
-var ErrNoManagedNetwork = errors.New("actors: managed network not available on this host")
+var ErrNoManagedNetwork = errors.New("actors: managed network cannot be provided: no network namespace confines the command to the proxy on this host")
 
 // NetworkProxyError: the proxies of a start could not be started (the
 // start fails; never an open network).
@@ -108,6 +108,7 @@ type netRun struct {
 	p       *netproxy.Proxy
 	serving sync.WaitGroup // the Serve goroutines
 	done    chan struct{}  // closed by close: the forwarder drains and ends
+	fwdDone chan struct{}  // closed by the forwarder as it ends
 	once    sync.Once
 }
 
@@ -118,6 +119,15 @@ func (n *netRun) close() {
 		cancel()
 		n.serving.Wait()
 		close(n.done)
+		// Every decision reaches Notify before the exit is reported (a
+		// client sees the last network/policyDecision before
+		// process/exited), unless Notify is stuck that long.
+		t := time.NewTimer(netCloseTimeout)
+		select {
+		case <-n.fwdDone:
+		case <-t.C:
+		}
+		t.Stop()
 	})
 }
 
@@ -151,7 +161,7 @@ func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun
 		closeLs()
 		return nil, err
 	}
-	n := &netRun{p: p, done: make(chan struct{})}
+	n := &netRun{p: p, done: make(chan struct{}), fwdDone: make(chan struct{})}
 	log := s.log.Named("net").With(zap.String("process_id", mn.ProcessID))
 	n.serving.Add(1)
 	if !s.goTracked(func() { defer n.serving.Done(); _ = p.ServeHTTP(ls.HTTP) }) {
@@ -164,6 +174,7 @@ func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun
 		if !s.goTracked(func() { defer n.serving.Done(); _ = p.ServeSOCKS5(ls.SOCKS) }) {
 			n.serving.Done()
 			_ = ls.SOCKS.Close()
+			close(n.fwdDone)
 			n.close()
 			return nil, ErrStopped
 		}
@@ -192,6 +203,7 @@ func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun
 		}
 	}
 	if !s.goTracked(func() {
+		defer close(n.fwdDone)
 		for {
 			select {
 			case e := <-events:
@@ -211,6 +223,7 @@ func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun
 			}
 		}
 	}) {
+		close(n.fwdDone)
 		n.close()
 		return nil, ErrStopped
 	}

@@ -35,6 +35,7 @@ type isolation struct {
 
 func newIsolation(cfg Config) *isolation {
 	iso := &isolation{}
+	iso.Net = cfg.netPlacer
 	h, err := sandbox.Probe(os.TempDir())
 	if err != nil {
 		cfg.Logger.Warn("sandbox unavailable: sandboxed starts will be refused", zap.Error(err))

@@ -36,8 +36,9 @@ type Local struct {
 	open     map[*actors.ProcessRef]struct{}
 	spawning int
 	starts   int
-	maxProcs int   // Config.MaxProcesses: a Local is one session
-	cfgErr   error // Config.Validate's error: every Start returns it
+	maxProcs int      // Config.MaxProcesses: a Local is one session
+	cfgErr   error    // Config.Validate's error: every Start returns it
+	netDeny  []string // Config.NetworkDeny, the operator's network floor
 }
 
 // NewLocal starts an embedded runtime. cfg's zero value means the defaults;
@@ -55,7 +56,7 @@ func NewLocal(cfg Config) *Local {
 	scfg := supervisorConfig(cfg, iso)
 	scfg.Budgets = cfg.budgets(ProbeMachine())
 	scfg.FsRoots = roots // process cwds too
-	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), open: make(map[*actors.ProcessRef]struct{}), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr}
+	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), open: make(map[*actors.ProcessRef]struct{}), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr, netDeny: cfg.NetworkDeny}
 }
 
 func supervisorConfig(cfg Config, iso *isolation) actors.Config {
@@ -102,6 +103,11 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 		return nil, rpcErr(werr)
 	}
 	as.Limits = actors.LimitsFrom(spec.Limits.wire())
+	if spec.Network != nil {
+		if as.Network, err = localNetwork(spec.ID, spec.Network, l.netDeny); err != nil {
+			return nil, err
+		}
+	}
 	if werr := l.sup.AllowCwd(as.Dir); werr != nil { // Config.FsRoots: the cwd too
 		return nil, rpcErr(werr)
 	}

@@ -137,6 +137,12 @@ type Config struct {
 	// *.d, **.d; not "*") that no client's managed-network policy can
 	// allow (runtimed serve --network-deny).
 	NetworkDeny []string
+
+	// netPlacer places managed-network proxies (actors.Isolation.Net). No
+	// host sets it yet (the sandbox's network namespace will): only this
+	// package's tests do, with an unconfined loopback placer, to exercise
+	// the plumbing.
+	netPlacer actors.NetPlacer
 }
 
 // Validate reports configuration errors that NewServer would otherwise

@@ -93,6 +93,11 @@ func (spec Spec) check(at string) error {
 	if err := envMap(at+".Env", spec.Env); err != nil {
 		return err
 	}
+	if spec.Network != nil {
+		if err := spec.Network.validate(); err != nil {
+			return err
+		}
+	}
 	if err := spec.EnvPolicy.check(at + ".EnvPolicy"); err != nil {
 		return err
 	}
