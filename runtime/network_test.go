@@ -74,7 +74,7 @@ func TestNetworkPolicyGoAPI(t *testing.T) {
 			ctx := ctxT(t)
 			var log decisionLog
 			var out strings.Builder
-			cmd := CommandContext(ctx, b, "sh", "-c", `curl -s -m 10 http://127.0.0.1:` + port + `/; echo; curl -s -m 10 -o /dev/null -w '%{http_code}' http://x.floor.test/; echo; echo "$HTTPS_PROXY"`)
+			cmd := CommandContext(ctx, b, "sh", "-c", `curl -s -m 10 http://127.0.0.1:`+port+`/; echo; curl -s -m 10 -o /dev/null -w '%{http_code}' http://x.floor.test/; echo; echo "$HTTPS_PROXY"`)
 			cmd.Dir, cmd.Env, cmd.Stdout = t.TempDir(), map[string]string{"PATH": "/usr/bin:/bin"}, &out
 			cmd.Network = &Network{Allow: []string{"127.0.0.1", "x.floor.test"}, OnDecision: log.add}
 			if err := cmd.Run(); err != nil {
