@@ -217,7 +217,9 @@ func TestStartMetadataAndSandboxType(t *testing.T) {
 			t.Errorf("enforceManagedNetwork without a sandbox: %v", err)
 		}
 		_, err = call(ctx, c, "process/start", params("x", map[string]any{"networkProxy": map[string]any{"proxy": map[string]any{}}}))
-		wantRPCError(t, "networkProxy", err, -32602, "managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false)")
+		wantRPCError(t, "networkProxy", err, -32602, "managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false: no network namespace confines the command to the proxy on this host)")
+		_, err = call(ctx, c, "process/start", params("x", map[string]any{"networkProxy": map[string]any{"proxy": map[string]any{"domains": map[string]any{"*": "deny"}}}}))
+		wantRPCError(t, "networkProxy domains", err, -32602, "invalid field `networkProxy.proxy.domains`: pattern \"*\": \"*\" is only an allow")
 		// Under an enforced sandbox (Codex's workspace-write), a managed network cannot be provided.
 		sandbox := codexWorkspaceWrite(dir, "restricted")
 		res, err = call(ctx, c, "process/start", params("s", map[string]any{"sandbox": sandbox, "managedNetwork": map[string]any{"loopbackPorts": []int{3128}}}))
