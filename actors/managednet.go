@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/runtimed/runtimed/actors/netns"
 	"github.com/runtimed/runtimed/actors/netproxy"
 )
 
@@ -27,6 +28,37 @@ import (
 type NetListeners struct {
 	HTTP, SOCKS         net.Listener // SOCKS nil unless asked for
 	HTTPAddr, SOCKSAddr string       // host:port as the command sees them
+	// NS, if set, is the network namespace the listeners were opened in
+	// and the command must run in (its only way out is then the proxies);
+	// it is closed with the proxies.
+	NS *netns.NS
+}
+
+// NamespacePlacer places a command's proxy listeners on 127.0.0.1 of a
+// new, empty network namespace (NetListeners.NS). The command must then
+// be started inside that namespace and kept from leaving it, which is the
+// sandbox's part: until the sandbox joins its helper to NS (and denies
+// setns), no host sets Isolation.Net, and managed networks are refused.
+func NamespacePlacer(socks bool) (*NetListeners, error) {
+	ns, err := netns.New()
+	if err != nil {
+		return nil, err
+	}
+	ls := &NetListeners{NS: ns}
+	if ls.HTTP, err = ns.Listen("tcp", "127.0.0.1:0"); err != nil {
+		ns.Close()
+		return nil, err
+	}
+	ls.HTTPAddr = ls.HTTP.Addr().String()
+	if socks {
+		if ls.SOCKS, err = ns.Listen("tcp", "127.0.0.1:0"); err != nil {
+			ls.HTTP.Close()
+			ns.Close()
+			return nil, err
+		}
+		ls.SOCKSAddr = ls.SOCKS.Addr().String()
+	}
+	return ls, nil
 }
 
 // NetPlacer opens one command's proxy listeners where that command, and
@@ -106,6 +138,7 @@ func (s *Supervisor) startNetworked(spec Spec) (Session, error) {
 // netRun is one command's running proxies.
 type netRun struct {
 	p       *netproxy.Proxy
+	ns      *netns.NS // nil unless the placer made one
 	serving sync.WaitGroup // the Serve goroutines
 	done    chan struct{}  // closed by close: the forwarder drains and ends
 	fwdDone chan struct{}  // closed by the forwarder as it ends
@@ -118,6 +151,9 @@ func (n *netRun) close() {
 		_ = n.p.Close(ctx)
 		cancel()
 		n.serving.Wait()
+		if n.ns != nil {
+			_ = n.ns.Close()
+		}
 		close(n.done)
 		// Every decision reaches Notify before the exit is reported (a
 		// client sees the last network/policyDecision before
@@ -136,6 +172,9 @@ func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun
 		_ = ls.HTTP.Close()
 		if ls.SOCKS != nil {
 			_ = ls.SOCKS.Close()
+		}
+		if ls.NS != nil {
+			_ = ls.NS.Close()
 		}
 	}
 	events := make(chan netproxy.Event, netEventQueue)
@@ -161,7 +200,7 @@ func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun
 		closeLs()
 		return nil, err
 	}
-	n := &netRun{p: p, done: make(chan struct{}), fwdDone: make(chan struct{})}
+	n := &netRun{p: p, ns: ls.NS, done: make(chan struct{}), fwdDone: make(chan struct{})}
 	log := s.log.Named("net").With(zap.String("process_id", mn.ProcessID))
 	n.serving.Add(1)
 	if !s.goTracked(func() { defer n.serving.Done(); _ = p.ServeHTTP(ls.HTTP) }) {

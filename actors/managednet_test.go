@@ -192,3 +192,51 @@ func TestManagedNetworkRefusedWithoutPlacer(t *testing.T) {
 		t.Fatalf("start with a failing placer: %+v", r.Error)
 	}
 }
+
+// NamespacePlacer's listeners live in a namespace of their own: the
+// proxies answer there (a child started inside reaches them and an
+// allowed upstream through them), not on the host's loopback.
+func TestNamespacePlacer(t *testing.T) {
+	needCurl(t)
+	ls, err := NamespacePlacer(true)
+	if err != nil {
+		t.Skipf("no network namespaces here: %v", err)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "through") }))
+	defer up.Close()
+	sup := netSupervisor(t, nil)
+	mn := &ManagedNetwork{ProcessID: "ns"}
+	var werr error
+	if mn.Spec, werr = parseSpecT(`{"proxy":{"enabled":true,"enableSocks5":true,"domains":{"127.0.0.1":"allow"}}}`); werr != nil {
+		t.Fatal(werr)
+	}
+	run, err := sup.startProxies(mn, ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer run.close()
+	if c, err := net.DialTimeout("tcp", ls.HTTPAddr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("the proxy answers on the host's loopback")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", `echo "$(curl -s -m 5 -x http://`+ls.HTTPAddr+` `+up.URL+`/) $(curl -s -m 5 -x socks5h://`+ls.SOCKSAddr+` `+up.URL+`/) $(curl -s -m 5 -o /dev/null -w %{http_code} `+up.URL+`/)"`)
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := ls.NS.Do(cmd.Start); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if got := strings.TrimSpace(out.String()); got != "through through 000" {
+		t.Fatalf("inside the namespace: %q (want the proxies to reach the upstream and the direct request to fail)", got)
+	}
+}
+
+func parseSpecT(s string) (*NetworkSpec, error) {
+	ns, werr := ParseNetworkSpec(json.RawMessage(s), nil, nil)
+	if werr != nil {
+		return nil, werr
+	}
+	return ns, nil
+}
