@@ -138,7 +138,7 @@ func (s *Supervisor) startNetworked(spec Spec) (Session, error) {
 // netRun is one command's running proxies.
 type netRun struct {
 	p       *netproxy.Proxy
-	ns      *netns.NS // nil unless the placer made one
+	ns      *netns.NS      // nil unless the placer made one
 	serving sync.WaitGroup // the Serve goroutines
 	done    chan struct{}  // closed by close: the forwarder drains and ends
 	fwdDone chan struct{}  // closed by the forwarder as it ends
