@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -555,5 +556,60 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", h.httpAddr, time.Second); err == nil {
 		t.Fatal("HTTP listener still accepting after Close")
+	}
+}
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
+}
+
+// Every kind of exchange, allowed and refused, then Close: the process
+// (proxy, the test's clients and the in-process upstream) is back to the
+// descriptors it held before.
+func TestNoDescriptorLeak(t *testing.T) {
+	up := upstreamServer(t)
+	before := openFDs(t)
+	h := start(t, Policy{Allow: []string{"good.test"}}, hostOf(up), nil)
+	c := h.client()
+	for i := 0; i < 20; i++ {
+		for _, u := range []string{"http://good.test/", "http://bad.test/", "http://127.0.0.1/"} {
+			resp, err := c.Get(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		_, tc := rawConnect(t, h.httpAddr, "good.test:80")
+		tc.Close()
+		_, dc := rawConnect(t, h.httpAddr, "bad.test:443")
+		dc.Close()
+		_, sc := socksDial(t, h.socksAddr, "good.test", 80)
+		sc.Close()
+		rep, bc := socksDial(t, h.socksAddr, "bad.test", 80)
+		bc.Close()
+		if rep != repNotAllowed {
+			t.Fatalf("SOCKS5 to a denied host: %d", rep)
+		}
+	}
+	c.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Everything must be gone now (the upstream's side closes on its own
+	// goroutines: bounded wait).
+	want := before
+	deadline := time.Now().Add(10 * time.Second)
+	for n := openFDs(t); n > want; n = openFDs(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("descriptors: %d before, %d after Close ", before, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
