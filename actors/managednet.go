@@ -80,6 +80,13 @@ type ManagedNetwork struct {
 // netEventQueue bounds the decisions waiting for Notify per process.
 const netEventQueue = 256
 
+// netLogBurst and netLogEvery rate the info-level log of denials per
+// process (see startProxies).
+const (
+	netLogBurst = 50
+	netLogEvery = 1000
+)
+
 // netCloseTimeout bounds closing a command's proxies.
 const netCloseTimeout = 5 * time.Second
 
@@ -218,20 +225,27 @@ func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun
 			return nil, ErrStopped
 		}
 	}
+	denials := 0 // owned by the forwarder goroutine
 	forward := func(e netproxy.Event) {
 		decision := "deny"
 		if e.Allow {
 			decision = "allow"
 		}
 		s.metrics.NetworkDecision(decision, e.Source)
-		lvl := zap.InfoLevel
-		if e.Allow {
-			lvl = zap.DebugLevel
+		// Denials at info, allows at debug; a command that is refused in a
+		// loop cannot flood the log: after netLogBurst denials only every
+		// netLogEvery-th is logged at info (with the count), the rest at debug.
+		lvl := zap.DebugLevel
+		if !e.Allow {
+			denials++
+			if denials <= netLogBurst || denials%netLogEvery == 0 {
+				lvl = zap.InfoLevel
+			}
 		}
 		if ce := log.Check(lvl, "network decision"); ce != nil {
 			ce.Write(zap.String("decision", decision), zap.String("source", e.Source), zap.String("reason", e.Reason),
 				zap.String("protocol", string(e.Protocol)), zap.String("host", e.Host), zap.Int("port", e.Port),
-				zap.String("method", e.Method), zap.Bool("override", e.Override), zap.Bool("floor", e.Floor))
+				zap.String("method", e.Method), zap.Bool("override", e.Override), zap.Bool("floor", e.Floor), zap.Int("denials", denials))
 		}
 		if d := dropped.Swap(0); d > 0 {
 			s.metrics.NetworkEventsDropped(int(d))

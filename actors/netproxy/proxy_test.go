@@ -210,6 +210,20 @@ func TestPrivateDestinations(t *testing.T) {
 			t.Errorf("%s: reason %s", target, e.Reason)
 		}
 	}
+	// Spellings some resolvers read as 127.0.0.1 are not host names.
+	for _, target := range []string{"127.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1", "[fe80::1%25lo]"} {
+		resp, err := c.Get("http://" + target + "/")
+		if err != nil {
+			if strings.Contains(target, "%") {
+				continue // the client itself refuses a zone it cannot send
+			}
+			t.Fatalf("%s: %v", target, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 403 || resp.Header.Get("x-proxy-error") != "blocked-by-allowlist" {
+			t.Errorf("%s: %d %q, want 403 blocked-by-allowlist", target, resp.StatusCode, resp.Header.Get("x-proxy-error"))
+		}
+	}
 	if n := h.dials(); n != 0 {
 		t.Fatalf("refused private destinations were dialed %d times", n)
 	}
