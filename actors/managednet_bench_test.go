@@ -1,0 +1,59 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// BenchmarkSpawnManagedNetwork: /bin/true from spawn to closed, without
+// and with a managed network (proxies started before the child on
+// loopback listeners, closed after its exit; with "netns" the listeners
+// live in a new network namespace, as NamespacePlacer makes them). The
+// difference is what a managed network adds to a start.
+func BenchmarkSpawnManagedNetwork(b *testing.B) {
+	spec, werr := ParseNetworkSpec([]byte(`{"proxy":{"enabled":true,"enableSocks5":true,"domains":{"pypi.org":"allow"}}}`), nil, nil)
+	if werr != nil {
+		b.Fatal(werr)
+	}
+	for _, c := range []struct {
+		name  string
+		place NetPlacer
+	}{{"none", nil}, {"loopback", loopbackPlacer}, {"netns", NamespacePlacer}} {
+		b.Run(c.name, func(b *testing.B) {
+			if c.name == "netns" {
+				if ls, err := NamespacePlacer(false); err != nil {
+					b.Skipf("no network namespaces: %v", err)
+				} else {
+					ls.HTTP.Close()
+					ls.NS.Close()
+				}
+			}
+			sup := NewSupervisor(Config{
+				Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+				DetachTTL: time.Second,
+				Isolation: Isolation{Net: c.place},
+				Logger:    zap.NewNop(),
+			})
+			defer func() { sup.Kill(); _ = sup.Wait(context.Background()) }()
+			env := BuildEnv(ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
+			i := 0
+			for b.Loop() {
+				i++
+				s := Spec{Argv: []string{"/bin/true"}, Dir: "/", Env: env}
+				if c.place != nil {
+					s.Network = &ManagedNetwork{Spec: spec, ProcessID: "p"}
+				}
+				ref, err := sup.Spawn(fmt.Sprintf("p%d", i), s, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-ref.Closed()
+				_ = ref.Discard(context.Background())
+			}
+		})
+	}
+}
