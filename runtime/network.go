@@ -21,11 +21,13 @@ import (
 // requests). A host that cannot enforce it (no network namespace for
 // the proxies) refuses the Start: a managed network is never an open one.
 type Network struct {
-	Allow []string
-	Deny  []string
+	Allow []string // host patterns the process may reach
+	Deny  []string // host patterns it may not, whatever Allow says
 	// Limited allows only GET, HEAD and OPTIONS over plain HTTP (no
 	// CONNECT, no SOCKS5).
-	Limited           bool
+	Limited bool
+	// AllowLocalBinding lets it reach loopback and private addresses
+	// (CODEX_NETWORK_ALLOW_LOCAL_BINDING=1 in its environment).
 	AllowLocalBinding bool
 	// SOCKS5 adds a SOCKS5 proxy (ALL_PROXY=socks5h://...); SOCKS5UDP also
 	// lets it relay UDP.
@@ -41,16 +43,16 @@ type Network struct {
 // NetworkDecision is one decision of a process's proxies
 // (network/policyDecision).
 type NetworkDecision struct {
-	ProcessID string
-	Time      time.Time
-	Allow     bool
-	Source    string // baseline_policy, mode_guard, decider
-	Reason    string // allowed, denied, not_allowed, not_allowed_local, method_not_allowed, ...
-	Protocol  string // http, https_connect, socks5_tcp, socks5_udp
-	Host      string
-	Port      int
-	Method    string // the HTTP method; "" for SOCKS5
-	Override  bool   // a reviewer's answer decided
+	ProcessID string    // the process whose proxy decided
+	Time      time.Time // when
+	Allow     bool      // let through (true) or refused
+	Source    string    // baseline_policy, mode_guard, decider
+	Reason    string    // allowed, denied, not_allowed, not_allowed_local, method_not_allowed, ...
+	Protocol  string    // http, https_connect, socks5_tcp, socks5_udp
+	Host      string    // the destination as asked for (lower case)
+	Port      int       // the destination port
+	Method    string    // the HTTP method; "" for SOCKS5
+	Override  bool      // a reviewer's answer decided
 }
 
 // decisionQueue bounds a Client process's decisions waiting for OnDecision.
