@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -163,6 +165,9 @@ func (p *Proxy) serveSOCKSConn(c net.Conn) {
 		}
 		return
 	}
+	// The handshake is read; what follows (a decision that may wait for
+	// an answer, a dial) has bounds of its own.
+	_ = c.SetDeadline(time.Time{})
 	switch req[1] {
 	case cmdConnect:
 		p.socksConnect(c, br, dst)
@@ -261,8 +266,9 @@ func (p *Proxy) socksUDP(c net.Conn, br *bufio.Reader) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	clientIP, _ := netip.ParseAddrPort(c.RemoteAddr().String())
-	a := &udpAssoc{p: p, relay: relay, upstream: upstream, clientIP: clientIP.Addr().Unmap(),
+	a := &udpAssoc{p: p, ctl: c, relay: relay, upstream: upstream, clientIP: clientIP.Addr().Unmap(),
 		client: c.RemoteAddr().String(), dests: map[string]udpDest{}, sent: map[netip.AddrPort]bool{}}
+	a.last.Store(time.Now().UnixNano())
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); a.fromCommand() }()
@@ -283,6 +289,8 @@ type udpDest struct {
 // command reader writes, the upstream reader reads).
 type udpAssoc struct {
 	p               *Proxy
+	ctl             net.Conn     // the control connection: the association ends with it
+	last            atomic.Int64 // unix nanos of the last datagram either way
 	relay, upstream net.PacketConn
 	clientIP        netip.Addr
 	client          string
@@ -298,9 +306,16 @@ func (a *udpAssoc) fromCommand() {
 		_ = a.relay.SetReadDeadline(time.Now().Add(a.p.lim.IdleTimeout))
 		n, from, err := a.relay.ReadFrom(buf)
 		if err != nil {
+			if a.stillActive(err) {
+				continue
+			}
+			// Closed, or no datagram either way for IdleTimeout: the
+			// association ends.
 			_ = a.upstream.Close()
+			_ = a.ctl.Close()
 			return
 		}
+		a.last.Store(time.Now().UnixNano())
 		fa, _ := netip.ParseAddrPort(from.String())
 		if fa.Addr().Unmap() != a.clientIP {
 			a.p.udpDropped.Add(1)
@@ -366,9 +381,14 @@ func (a *udpAssoc) fromUpstream() {
 		_ = a.upstream.SetReadDeadline(time.Now().Add(a.p.lim.IdleTimeout))
 		n, from, err := a.upstream.ReadFrom(buf)
 		if err != nil {
+			if a.stillActive(err) {
+				continue
+			}
 			_ = a.relay.Close()
+			_ = a.ctl.Close()
 			return
 		}
+		a.last.Store(time.Now().UnixNano())
 		fa, _ := netip.ParseAddrPort(from.String())
 		fa = netip.AddrPortFrom(fa.Addr().Unmap(), fa.Port())
 		a.mu.Lock()
@@ -391,6 +411,12 @@ func (a *udpAssoc) fromUpstream() {
 		out = append(out, buf[:n]...)
 		_, _ = a.relay.WriteTo(out, to)
 	}
+}
+
+// stillActive: err is a read deadline while the other direction moved a
+// datagram within IdleTimeout.
+func (a *udpAssoc) stillActive(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded) && time.Since(time.Unix(0, a.last.Load())) < a.p.lim.IdleTimeout
 }
 
 type byteReader struct{ b []byte }

@@ -2,12 +2,14 @@ package netproxy
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"testing"
 	"time"
 )
@@ -175,5 +177,52 @@ func TestSOCKS5UDP(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("relay still answers after the control connection closed")
 		}
+	}
+}
+
+// A decision that waits for an answer longer than the handshake bound
+// still gets its reply to the command.
+func TestSOCKS5SlowAsk(t *testing.T) {
+	up := upstreamServer(t)
+	h := start(t, Policy{}, hostOf(up), func(c *Config) {
+		c.Limits.HeaderTimeout = 200 * time.Millisecond
+		c.Ask = func(ctx context.Context, r AskRequest) (bool, string, error) {
+			select {
+			case <-time.After(500 * time.Millisecond):
+				return true, "", nil
+			case <-ctx.Done():
+				return false, "", ctx.Err()
+			}
+		}
+	})
+	if rep := socksConnect(t, h.socksAddr, "slow.test", 80); rep != repOK {
+		t.Fatalf("after a slow allow: reply %d", rep)
+	}
+}
+
+// An association whose command stops sending (and gets nothing) ends
+// after IdleTimeout, control connection included.
+func TestSOCKS5UDPIdle(t *testing.T) {
+	h := start(t, Policy{Allow: []string{"127.0.0.1"}}, "", func(c *Config) {
+		c.EnableSOCKS5UDP = true
+		c.Limits.IdleTimeout = 300 * time.Millisecond
+	})
+	ctl, err := net.Dial("tcp", h.socksAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	_ = ctl.SetDeadline(time.Now().Add(10 * time.Second))
+	ctl.Write([]byte{5, 1, 0, 5, 3, 0, 1, 0, 0, 0, 0, 0, 0})
+	var r [12]byte
+	if _, err := io.ReadFull(ctl, r[:]); err != nil || r[3] != repOK {
+		t.Fatalf("UDP ASSOCIATE: %v %v", r, err)
+	}
+	begin := time.Now()
+	if _, err := ctl.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("control connection after idle: %v", err)
+	}
+	if d := time.Since(begin); d > 5*time.Second {
+		t.Fatalf("ended after %v", d)
 	}
 }
