@@ -31,12 +31,10 @@ type Protocol string
 
 // The protocols, spelled as in network/policyRequest.
 const (
-	HTTP          Protocol = "http"
-	HTTPSConnect  Protocol = "https_connect"
-	SOCKS5TCP     Protocol = "socks5_tcp"
-	SOCKS5UDP     Protocol = "socks5_udp"
-	protoInvalid  Protocol = ""
-	methodConnect          = "CONNECT"
+	HTTP         Protocol = "http"
+	HTTPSConnect Protocol = "https_connect"
+	SOCKS5TCP    Protocol = "socks5_tcp"
+	SOCKS5UDP    Protocol = "socks5_udp"
 )
 
 // Reasons of a decision (the reference's spellings).
@@ -47,7 +45,8 @@ const (
 	ReasonNotAllowedLocal = "not_allowed_local"
 	ReasonMethod          = "method_not_allowed"
 	ReasonFloor           = "denied" // the operator floor reads as a deny to the client
-	ReasonUnresolvable    = "not_allowed"
+	// ReasonUnresolvable: a name that resolved to no address.
+	ReasonUnresolvable = "not_allowed"
 )
 
 // Sources of a decision.

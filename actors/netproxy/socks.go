@@ -21,7 +21,6 @@ import (
 const (
 	socksVer       = 5
 	cmdConnect     = 1
-	cmdBind        = 2
 	cmdUDP         = 3
 	atypV4         = 1
 	atypName       = 3
@@ -29,7 +28,6 @@ const (
 	repOK          = 0
 	repFailure     = 1
 	repNotAllowed  = 2
-	repNetUnreach  = 3
 	repHostUnreach = 4
 	repRefused     = 5
 	repCmdUnsupp   = 7
