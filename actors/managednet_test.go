@@ -103,10 +103,10 @@ echo "socks $(curl -s -m 10 -x "$ALL_PROXY" http://127.0.0.1:` + port + `/)"
 	}
 	ds := decisionsOf(c, 4)
 	type dec struct{ decision, reason, protocol, host string }
-	want := []dec{{"allow", "allowed", "http", "127.0.0.1"}, {"deny", "not_allowed_local", "http", "127.0.0.2"}, {"deny", "denied", "http", "a.floor.test"}, {"allow", "allowed", "socks5_tcp", "127.0.0.1"}}
+	want := []dec{{"allow", "allow", "http", "127.0.0.1"}, {"deny", "not_allowed_local", "http", "127.0.0.2"}, {"deny", "denied", "http", "a.floor.test"}, {"allow", "allow", "socks5_tcp", "127.0.0.1"}}
 	for i, d := range ds {
 		got := dec{d["decision"].(string), d["reason"].(string), d["protocol"].(string), d["host"].(string)}
-		if got != want[i] || d["processId"] != "p1" || d["scope"] != "domain" || d["source"] != "baseline_policy" || d["timestamp"].(float64) <= 0 || d["policyOverride"] != false {
+		if got != want[i] || d["processId"] != "p1" || d["scope"] != "domain" || d["source"] != "baseline_policy" || !validStamp(d["timestamp"]) || d["policyOverride"] != false {
 			t.Errorf("decision %d: %v, want %v", i, d, want[i])
 		}
 	}
@@ -159,7 +159,7 @@ for h in yes no mute; do echo "$h $(curl -s -m 20 -o /dev/null -w '%{http_code}'
 		decision, source, reason string
 		override                 bool
 	}
-	want := []dec{{"allow", "decider", "allowed", true}, {"deny", "decider", "reviewer said no", true}, {"deny", "decider", "not_allowed", false}}
+	want := []dec{{"allow", "decider", "allow", true}, {"deny", "decider", "reviewer said no", true}, {"deny", "decider", "not_allowed", false}}
 	for i, d := range ds {
 		got := dec{d["decision"].(string), d["source"].(string), d["reason"].(string), d["policyOverride"].(bool)}
 		if got != want[i] {
@@ -239,4 +239,15 @@ func parseSpecT(s string) (*NetworkSpec, error) {
 		return nil, werr
 	}
 	return ns, nil
+}
+
+// validStamp: network/policyDecision's timestamp as the reference sends
+// it, RFC 3339 UTC with milliseconds ("2026-11-27T14:32:46.355Z").
+func validStamp(v any) bool {
+	s, ok := v.(string)
+	if !ok {
+		return false
+	}
+	t, err := time.Parse("2006-01-02T15:04:05.000Z", s)
+	return err == nil && time.Since(t) < time.Minute && time.Since(t) > -time.Minute
 }

@@ -47,7 +47,7 @@ type NetworkDecision struct {
 	Time      time.Time // when
 	Allow     bool      // let through (true) or refused
 	Source    string    // baseline_policy, mode_guard, decider
-	Reason    string    // allowed, denied, not_allowed, not_allowed_local, method_not_allowed, ...
+	Reason    string    // allow, denied, not_allowed, not_allowed_local, method_not_allowed, ...
 	Protocol  string    // http, https_connect, socks5_tcp, socks5_udp
 	Host      string    // the destination as asked for (lower case)
 	Port      int       // the destination port
@@ -108,7 +108,8 @@ func decisionOf(processID string, e netproxy.Event) NetworkDecision {
 }
 
 func decisionFromWire(p wire.PolicyDecisionParams) NetworkDecision {
-	d := NetworkDecision{ProcessID: p.ProcessID, Time: time.UnixMilli(p.Timestamp), Allow: p.Decision == "allow", Source: p.Source,
+	ts, _ := time.Parse(wire.PolicyTimestampLayout, p.Timestamp)
+	d := NetworkDecision{ProcessID: p.ProcessID, Time: ts, Allow: p.Decision == "allow", Source: p.Source,
 		Reason: p.Reason, Protocol: p.Protocol, Host: p.Host, Port: p.Port, Override: p.PolicyOverride}
 	if p.Method != nil {
 		d.Method = *p.Method

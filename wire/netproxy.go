@@ -155,10 +155,13 @@ func ErrNetworkProxyStart(reason string) *Error {
 	return Errorf(CodeInternal, "network proxy could not be started: %s", reason)
 }
 
+// PolicyTimestampLayout is network/policyDecision's timestamp format.
+const PolicyTimestampLayout = "2006-01-02T15:04:05.000Z"
+
 // PolicyDecisionParams are network/policyDecision's params.
 type PolicyDecisionParams struct {
 	ProcessID      string  `json:"processId"`
-	Timestamp      int64   `json:"timestamp"` // unix milliseconds
+	Timestamp      string  `json:"timestamp"` // RFC 3339 UTC with milliseconds (PolicyTimestampLayout)
 	Scope          string  `json:"scope"`     // "domain"
 	Decision       string  `json:"decision"`  // "allow" | "deny"
 	Source         string  `json:"source"`
@@ -166,8 +169,8 @@ type PolicyDecisionParams struct {
 	Protocol       string  `json:"protocol"`
 	Host           string  `json:"host"`
 	Port           int     `json:"port"`
-	Method         *string `json:"method"`
-	Client         *string `json:"client"`
+	Method         *string `json:"method,omitempty"` // absent for SOCKS5, as the reference sends it
+	Client         *string `json:"client,omitempty"`
 	PolicyOverride bool    `json:"policyOverride"`
 }
 

@@ -15,8 +15,7 @@ var httpProxyKeys = []string{
 
 // noProxyKeys are set empty: everything goes through the proxy.
 var noProxyKeys = []string{
-	"NO_PROXY", "no_proxy", "npm_config_noproxy", "NPM_CONFIG_NOPROXY",
-	"YARN_NO_PROXY", "BUNDLE_NO_PROXY",
+	"NO_PROXY", "no_proxy", "npm_config_noproxy", "NPM_CONFIG_NOPROXY", "BUNDLE_NO_PROXY",
 }
 
 // allProxyKeys get the SOCKS5 URL (socks5h: names resolved by the proxy)

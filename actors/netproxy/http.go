@@ -2,8 +2,8 @@ package netproxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -151,7 +151,7 @@ func (p *Proxy) handler(rp *httputil.ReverseProxy) http.Handler {
 			return
 		}
 		if !v.Allow {
-			p.blocked(w, v)
+			p.blocked(w, v, HTTP, host, port)
 			return
 		}
 		ctx := context.WithValue(r.Context(), targetKey{}, target{addrs: addrs, port: port})
@@ -159,12 +159,25 @@ func (p *Proxy) handler(rp *httputil.ReverseProxy) http.Handler {
 	})
 }
 
-func (p *Proxy) blocked(w http.ResponseWriter, v Verdict) {
+// blocked answers a refusal: 403, x-proxy-error, and a JSON body of the
+// reference's shape.
+func (p *Proxy) blocked(w http.ResponseWriter, v Verdict, proto Protocol, host string, port int) {
 	w.Header().Set("x-proxy-error", blockedHeader(v.Reason))
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Connection", "close")
+	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusForbidden)
-	fmt.Fprintf(w, "%s (reason: %s)\n", blockedMessage(v.Reason), v.Reason)
+	_ = json.NewEncoder(w).Encode(blockedBody{Status: "blocked", Host: host, Reason: v.Reason, Decision: "deny",
+		Source: v.Source, Protocol: string(proto), Port: port, Message: blockedMessage(v.Reason)})
+}
+
+type blockedBody struct {
+	Status   string `json:"status"`
+	Host     string `json:"host"`
+	Reason   string `json:"reason"`
+	Decision string `json:"decision"`
+	Source   string `json:"source"`
+	Protocol string `json:"protocol"`
+	Port     int    `json:"port"`
+	Message  string `json:"message"`
 }
 
 func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
@@ -181,7 +194,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !v.Allow {
-		p.blocked(w, v)
+		p.blocked(w, v, HTTPSConnect, host, port)
 		return
 	}
 	up, err := p.dial(r.Context(), "tcp", addrs, port)

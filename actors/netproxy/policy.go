@@ -39,7 +39,7 @@ const (
 
 // Reasons of a decision (the reference's spellings).
 const (
-	ReasonAllowed         = "allowed"
+	ReasonAllowed         = "allow"
 	ReasonDenied          = "denied"
 	ReasonNotAllowed      = "not_allowed"
 	ReasonNotAllowedLocal = "not_allowed_local"

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -181,6 +182,13 @@ func TestHTTPPatternKinds(t *testing.T) {
 		}
 		if tc.status == 403 && h.dials() != before {
 			t.Errorf("%s: refused but dialed", tc.host)
+		}
+		if tc.status == 403 {
+			var jb map[string]any
+			if err := json.Unmarshal(body, &jb); err != nil || jb["status"] != "blocked" || jb["host"] != tc.host || jb["reason"] != tc.reason ||
+				jb["decision"] != "deny" || jb["protocol"] != "http" || jb["port"] != float64(8080) || jb["source"] != "baseline_policy" || jb["message"] == "" {
+				t.Errorf("%s: refusal body %s", tc.host, body)
+			}
 		}
 		e := h.lastEvent()
 		if e.Host != tc.host || e.Port != 8080 || e.Protocol != HTTP || e.Method != "GET" || e.Reason != tc.reason || e.Allow != (tc.status == 200) || e.Client == "" {
