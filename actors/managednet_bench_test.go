@@ -15,7 +15,7 @@ import (
 // live in a new network namespace, as NamespacePlacer makes them). The
 // difference is what a managed network adds to a start.
 func BenchmarkSpawnManagedNetwork(b *testing.B) {
-	spec, werr := ParseNetworkSpec([]byte(`{"proxy":{"enabled":true,"enableSocks5":true,"domains":{"pypi.org":"allow"}}}`), nil, nil)
+	spec, werr := ParseNetworkSpec([]byte(proxyRaw(`,"enableSocks5":true,"domains":{"pypi.org":"allow"}`)), nil, nil)
 	if werr != nil {
 		b.Fatal(werr)
 	}

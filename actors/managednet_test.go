@@ -80,8 +80,8 @@ echo "socks $(curl -s -m 10 -x "$ALL_PROXY" http://127.0.0.1:` + port + `/)"
 `
 	r := c.call("process/start", map[string]any{"processId": "p1", "argv": []string{"sh", "-c", script}, "cwd": dir,
 		"env": map[string]string{"PATH": os.Getenv("PATH"), "HTTP_PROXY": "http://inherited.example:1"}, "enforceManagedNetwork": true, "managedNetwork": nil,
-		"networkProxy": map[string]any{"proxy": map[string]any{"enabled": true, "enableSocks5": true, "mode": "full",
-			"domains": map[string]string{"127.0.0.1": "allow", "a.floor.test": "allow"}}, "executionId": "e1"}})
+		"networkProxy": map[string]any{"proxy": proxyObj(map[string]any{"enableSocks5": true,
+			"domains": map[string]string{"127.0.0.1": "allow", "a.floor.test": "allow"}}), "executionId": "e1"}})
 	mustOK(t, r)
 	c.waitNote(func(m map[string]any) bool { return m["method"] == "process/exited" && params(m)["processId"] == "p1" })
 	b, err := os.ReadFile(out)
@@ -137,7 +137,7 @@ for h in yes no mute; do echo "$h $(curl -s -m 20 -o /dev/null -w '%{http_code}'
 `
 	mustOK(t, c.call("process/start", map[string]any{"processId": "p2", "argv": []string{"sh", "-c", script}, "cwd": dir,
 		"env": map[string]string{"PATH": os.Getenv("PATH")}, "policyDecisionTimeoutMs": 300,
-		"networkProxy": map[string]any{"proxy": map[string]any{"enabled": true, "domains": map[string]string{"known.example": "allow"}}}}))
+		"networkProxy": map[string]any{"proxy": proxyObj(map[string]any{"domains": map[string]string{"known.example": "allow"}})}}))
 	for _, host := range []string{"yes.example", "no.example", "mute.example"} {
 		m := c.waitNote(func(m map[string]any) bool { return m["method"] == "network/policyRequest" })
 		p := params(m)
@@ -179,7 +179,7 @@ func TestManagedNetworkRefusedWithoutPlacer(t *testing.T) {
 	sup := netSupervisor(t, nil)
 	c := startConn(t, sup, false)
 	r := c.call("process/start", map[string]any{"processId": "p", "argv": []string{"true"}, "cwd": t.TempDir(),
-		"networkProxy": map[string]any{"proxy": map[string]any{"enabled": true, "domains": map[string]string{"pypi.org": "allow"}}}})
+		"networkProxy": map[string]any{"proxy": proxyObj(map[string]any{"domains": map[string]string{"pypi.org": "allow"}})}})
 	if r.Error == nil || r.Error.Code != -32602 || !strings.Contains(r.Error.Message, "networkProxyLaunch is false") {
 		t.Fatalf("start without a placer: %+v", r.Error)
 	}
@@ -187,7 +187,7 @@ func TestManagedNetworkRefusedWithoutPlacer(t *testing.T) {
 	sup2 := netSupervisor(t, func(bool) (*NetListeners, error) { return nil, fmt.Errorf("no namespace today") })
 	c2 := startConn(t, sup2, false)
 	r = c2.call("process/start", map[string]any{"processId": "p", "argv": []string{"true"}, "cwd": t.TempDir(),
-		"networkProxy": map[string]any{"proxy": map[string]any{"enabled": true}}})
+		"networkProxy": map[string]any{"proxy": proxyObj(nil)}})
 	if r.Error == nil || r.Error.Code != -32603 || r.Error.Message != "network proxy could not be started: no namespace today" {
 		t.Fatalf("start with a failing placer: %+v", r.Error)
 	}
@@ -207,7 +207,7 @@ func TestNamespacePlacer(t *testing.T) {
 	sup := netSupervisor(t, nil)
 	mn := &ManagedNetwork{ProcessID: "ns"}
 	var werr error
-	if mn.Spec, werr = parseSpecT(`{"proxy":{"enabled":true,"enableSocks5":true,"domains":{"127.0.0.1":"allow"}}}`); werr != nil {
+	if mn.Spec, werr = parseSpecT(proxyRaw(`,"enableSocks5":true,"domains":{"127.0.0.1":"allow"}`)); werr != nil {
 		t.Fatal(werr)
 	}
 	run, err := sup.startProxies(mn, ls)
@@ -250,4 +250,22 @@ func validStamp(v any) bool {
 	}
 	t, err := time.Parse("2006-01-02T15:04:05.000Z", s)
 	return err == nil && time.Since(t) < time.Minute && time.Since(t) > -time.Minute
+}
+
+// proxyFields are networkProxy.proxy's required fields (all off, mode full).
+const proxyFields = `"enabled":true,"enableSocks5":false,"enableSocks5Udp":false,"allowUpstreamProxy":false,` +
+	`"dangerouslyAllowAllUnixSockets":false,"allowLocalBinding":false,"mode":"full"`
+
+// proxyRaw is a networkProxy object with the required fields and extra
+// (",key":value...; a repeated key wins over the default).
+func proxyRaw(extra string) string { return `{"proxy":{` + proxyFields + extra + `}}` }
+
+// proxyObj is networkProxy.proxy as a map: the required fields, then over.
+func proxyObj(over map[string]any) map[string]any {
+	m := map[string]any{"enabled": true, "enableSocks5": false, "enableSocks5Udp": false, "allowUpstreamProxy": false,
+		"dangerouslyAllowAllUnixSockets": false, "allowLocalBinding": false, "mode": "full"}
+	for k, v := range over {
+		m[k] = v
+	}
+	return m
 }

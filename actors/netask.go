@@ -171,7 +171,7 @@ func policyDecisionParams(processID string, e netproxy.Event) wire.PolicyDecisio
 	if e.Allow {
 		d = "allow"
 	}
-	p := wire.PolicyDecisionParams{ProcessID: processID, Timestamp: e.Time.UTC().Format(wire.PolicyTimestampLayout), Scope: "domain", Decision: d,
+	p := wire.PolicyDecisionParams{ProcessID: processID, Timestamp: e.Time.UTC().Format(wire.PolicyTimestampLayout), Scope: e.Scope, Decision: d,
 		Source: e.Source, Reason: e.Reason, Protocol: string(e.Protocol), Host: e.Host, Port: e.Port, PolicyOverride: e.Override}
 	if e.Method != "" {
 		m := e.Method

@@ -46,6 +46,7 @@ type NetworkDecision struct {
 	ProcessID string    // the process whose proxy decided
 	Time      time.Time // when
 	Allow     bool      // let through (true) or refused
+	Scope     string    // "domain", or "non_domain" for limited mode's method guard
 	Source    string    // baseline_policy, mode_guard, decider
 	Reason    string    // allow, denied, not_allowed, not_allowed_local, method_not_allowed, ...
 	Protocol  string    // http, https_connect, socks5_tcp, socks5_udp
@@ -97,19 +98,20 @@ func (n *Network) wire() json.RawMessage {
 	}
 	b, _ := json.Marshal(map[string]any{"proxy": map[string]any{
 		"enabled": true, "enableSocks5": n.SOCKS5, "enableSocks5Udp": n.SOCKS5UDP, "mode": mode,
+		"allowUpstreamProxy": false, "dangerouslyAllowAllUnixSockets": false,
 		"domains": doms, "allowLocalBinding": n.AllowLocalBinding,
 	}})
 	return b
 }
 
 func decisionOf(processID string, e netproxy.Event) NetworkDecision {
-	return NetworkDecision{ProcessID: processID, Time: e.Time, Allow: e.Allow, Source: e.Source, Reason: e.Reason,
+	return NetworkDecision{ProcessID: processID, Time: e.Time, Allow: e.Allow, Scope: e.Scope, Source: e.Source, Reason: e.Reason,
 		Protocol: string(e.Protocol), Host: e.Host, Port: e.Port, Method: e.Method, Override: e.Override}
 }
 
 func decisionFromWire(p wire.PolicyDecisionParams) NetworkDecision {
 	ts, _ := time.Parse(wire.PolicyTimestampLayout, p.Timestamp)
-	d := NetworkDecision{ProcessID: p.ProcessID, Time: ts, Allow: p.Decision == "allow", Source: p.Source,
+	d := NetworkDecision{ProcessID: p.ProcessID, Time: ts, Allow: p.Decision == "allow", Scope: p.Scope, Source: p.Source,
 		Reason: p.Reason, Protocol: p.Protocol, Host: p.Host, Port: p.Port, Override: p.PolicyOverride}
 	if p.Method != nil {
 		d.Method = *p.Method

@@ -64,26 +64,30 @@ func ParseNetworkProxy(raw json.RawMessage) (*NetworkProxy, *Error) {
 		return nil, err
 	}
 	const p = "networkProxy.proxy"
+	// Required as the reference requires them; transparentTcp (0.171) is
+	// optional.
 	for _, b := range []struct {
-		key string
-		dst *bool
+		key      string
+		dst      *bool
+		required bool
 	}{
-		{"enabled", &np.Enabled}, {"enableSocks5", &np.EnableSOCKS5}, {"enableSocks5Udp", &np.EnableSOCKS5UDP},
-		{"allowUpstreamProxy", &np.AllowUpstreamProxy},
-		{"dangerouslyAllowAllUnixSockets", &np.DangerouslyAllowAllUnixSockets},
-		{"allowLocalBinding", &np.AllowLocalBinding}, {"transparentTcp", &np.TransparentTCP},
+		{"enabled", &np.Enabled, true}, {"enableSocks5", &np.EnableSOCKS5, true}, {"enableSocks5Udp", &np.EnableSOCKS5UDP, true},
+		{"allowUpstreamProxy", &np.AllowUpstreamProxy, true},
+		{"dangerouslyAllowAllUnixSockets", &np.DangerouslyAllowAllUnixSockets, true},
+		{"allowLocalBinding", &np.AllowLocalBinding, true}, {"transparentTcp", &np.TransparentTCP, false},
 	} {
+		if v, ok := px[b.key]; b.required && (!ok || isNull(v)) {
+			return nil, ErrMissingField(p + "." + b.key)
+		}
 		if err := optBool(px, b.key, p, b.dst); err != nil {
 			return nil, err
 		}
 	}
-	if v, ok := px["mode"]; ok && !isNull(v) {
-		mode, err := enum(px, "mode", p, "full", "limited")
-		if err != nil {
-			return nil, err
-		}
-		np.Limited = mode == "limited"
+	mode, err := enum(px, "mode", p, "full", "limited")
+	if err != nil {
+		return nil, err
 	}
+	np.Limited = mode == "limited"
 	if v, ok := px["domains"]; ok && !isNull(v) {
 		var doms map[string]json.RawMessage
 		if e := json.Unmarshal(v, &doms); e != nil || doms == nil {
@@ -91,27 +95,22 @@ func ParseNetworkProxy(raw json.RawMessage) (*NetworkProxy, *Error) {
 		}
 		for pat, d := range doms {
 			var s string
-			if e := json.Unmarshal(d, &s); e != nil || (s != "allow" && s != "deny") {
-				return nil, badField(fmt.Sprintf("%s.domains[%q]", p, pat), "unknown variant, expected one of `allow`, `deny`")
+			if e := json.Unmarshal(d, &s); e != nil || (s != "allow" && s != "deny" && s != "none") {
+				return nil, badField(fmt.Sprintf("%s.domains[%q]", p, pat), "unknown variant, expected one of `none`, `allow`, `deny`")
 			}
-			if s == "allow" {
+			switch s {
+			case "allow":
 				np.Allow = append(np.Allow, pat)
-			} else {
+			case "deny":
 				np.Deny = append(np.Deny, pat)
-			}
+			} // "none": the pattern says nothing
 		}
 		sort.Strings(np.Allow)
 		sort.Strings(np.Deny)
 	}
 	if v, ok := px["unixSockets"]; ok && !isNull(v) {
-		var anyv any
-		if e := json.Unmarshal(v, &anyv); e != nil {
-			return nil, badField(p+".unixSockets", "expected an object or an array")
-		}
-		switch anyv.(type) {
-		case map[string]any, []any:
-		default:
-			return nil, badField(p+".unixSockets", "expected an object or an array")
+		if _, err := object(v, p+".unixSockets"); err != nil {
+			return nil, err
 		}
 	}
 	if v, ok := top["policyDecisionTimeoutMs"]; ok && !isNull(v) {

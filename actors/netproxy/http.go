@@ -18,7 +18,7 @@ func blockedHeader(reason string) string {
 		return "blocked-by-allowlist"
 	case ReasonDenied:
 		return "blocked-by-denylist"
-	case ReasonMethod:
+	case ReasonMethod, ReasonMITMRequired:
 		return "blocked-by-method-policy"
 	}
 	return "blocked-by-policy"
@@ -34,6 +34,8 @@ func blockedMessage(reason string) string {
 		return "runtimed blocked this request: the host is denied by policy"
 	case ReasonMethod:
 		return "runtimed blocked this request: only GET, HEAD and OPTIONS are allowed in limited mode"
+	case ReasonMITMRequired:
+		return "runtimed blocked this request: limited mode cannot check the methods inside a CONNECT tunnel"
 	}
 	return "runtimed blocked this request by network policy"
 }

@@ -44,7 +44,10 @@ const (
 	ReasonNotAllowed      = "not_allowed"
 	ReasonNotAllowedLocal = "not_allowed_local"
 	ReasonMethod          = "method_not_allowed"
-	ReasonFloor           = "denied" // the operator floor reads as a deny to the client
+	// ReasonMITMRequired: a CONNECT in limited mode (the method inside a
+	// tunnel cannot be checked without decrypting it).
+	ReasonMITMRequired = "mitm_required"
+	ReasonFloor        = "denied" // the operator floor reads as a deny to the client
 	// ReasonUnresolvable: a name that resolved to no address.
 	ReasonUnresolvable = "not_allowed"
 )
@@ -277,9 +280,6 @@ func (m *Matcher) Decide(host string, proto Protocol, method string) Verdict {
 	if matchAny(m.deny, host) {
 		return Verdict{Source: SourceBaseline, Reason: ReasonDenied}
 	}
-	if m.mode == Limited && !limitedMethod(proto, method) {
-		return Verdict{Source: SourceMode, Reason: ReasonMethod}
-	}
 	if a, err := netip.ParseAddr(host); err == nil && !IsPublic(a) || host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		if !m.LocalAllowed(host) {
 			return Verdict{Source: SourceBaseline, Reason: ReasonNotAllowedLocal}
@@ -329,15 +329,21 @@ func (m *Matcher) CheckResolved(host string, addrs []netip.Addr) Verdict {
 	return Verdict{Allow: true, Source: SourceBaseline, Reason: ReasonAllowed}
 }
 
-func limitedMethod(proto Protocol, method string) bool {
-	if proto != HTTP {
-		return false
+// ModeGuard judges the mode, apart from the domains (the reference
+// reports it as a decision of its own, scope "non_domain"): in limited
+// mode only GET, HEAD and OPTIONS over plain HTTP pass; a CONNECT is
+// mitm_required, anything else method_not_allowed.
+func (m *Matcher) ModeGuard(proto Protocol, method string) Verdict {
+	if m.mode != Limited {
+		return Verdict{Allow: true, Source: SourceMode, Reason: ReasonAllowed}
 	}
-	switch method {
-	case "GET", "HEAD", "OPTIONS":
-		return true
+	switch {
+	case proto == HTTP && (method == "GET" || method == "HEAD" || method == "OPTIONS"):
+		return Verdict{Allow: true, Source: SourceMode, Reason: ReasonAllowed}
+	case proto == HTTPSConnect:
+		return Verdict{Source: SourceMode, Reason: ReasonMITMRequired}
 	}
-	return false
+	return Verdict{Source: SourceMode, Reason: ReasonMethod}
 }
 
 func matchAny(ps []pattern, host string) bool {

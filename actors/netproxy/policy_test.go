@@ -61,12 +61,7 @@ func TestDecideTable(t *testing.T) {
 		{"star does not allow ULA", star, "fd00::1", HTTP, "GET", false, ReasonNotAllowedLocal, false},
 		{"deny wins over star", star, "no.test", HTTP, "GET", false, ReasonDenied, false},
 		{"floor wins over star", star, "floor.test", HTTP, "GET", false, ReasonDenied, false},
-		{"limited GET", limited, "exact.test", HTTP, "GET", true, ReasonAllowed, false},
-		{"limited HEAD", limited, "exact.test", HTTP, "HEAD", true, ReasonAllowed, false},
-		{"limited OPTIONS", limited, "exact.test", HTTP, "OPTIONS", true, ReasonAllowed, false},
-		{"limited POST", limited, "exact.test", HTTP, "POST", false, ReasonMethod, false},
-		{"limited CONNECT", limited, "exact.test", HTTPSConnect, "CONNECT", false, ReasonMethod, false},
-		{"limited SOCKS", limited, "exact.test", SOCKS5TCP, "", false, ReasonMethod, false},
+		{"limited: the domain decision ignores the method", limited, "exact.test", HTTP, "POST", true, ReasonAllowed, false},
 		{"limited deny still denied", limited, "bad.apex.test", HTTP, "GET", false, ReasonDenied, false},
 		{"allowLocalBinding", local, "127.0.0.1", HTTP, "GET", true, ReasonAllowed, false},
 		{"empty host", base, "", HTTP, "GET", false, ReasonNotAllowed, false},
@@ -79,6 +74,34 @@ func TestDecideTable(t *testing.T) {
 				t.Fatalf("Decide(%q) = %+v, want allow=%v reason=%s askable=%v", c.host, v, c.allow, c.reason, c.ask)
 			}
 		})
+	}
+}
+
+func TestModeGuard(t *testing.T) {
+	full := mustCompile(t, Policy{})
+	limited := mustCompile(t, Policy{Mode: Limited})
+	for _, c := range []struct {
+		m      *Matcher
+		proto  Protocol
+		method string
+		allow  bool
+		reason string
+	}{
+		{full, HTTP, "POST", true, ReasonAllowed},
+		{full, HTTPSConnect, "CONNECT", true, ReasonAllowed},
+		{full, SOCKS5UDP, "", true, ReasonAllowed},
+		{limited, HTTP, "GET", true, ReasonAllowed},
+		{limited, HTTP, "HEAD", true, ReasonAllowed},
+		{limited, HTTP, "OPTIONS", true, ReasonAllowed},
+		{limited, HTTP, "POST", false, ReasonMethod},
+		{limited, HTTP, "DELETE", false, ReasonMethod},
+		{limited, HTTPSConnect, "CONNECT", false, ReasonMITMRequired},
+		{limited, SOCKS5TCP, "", false, ReasonMethod},
+		{limited, SOCKS5UDP, "", false, ReasonMethod},
+	} {
+		if v := c.m.ModeGuard(c.proto, c.method); v.Allow != c.allow || v.Reason != c.reason || v.Source != SourceMode {
+			t.Errorf("%v %s %s: %+v", c.m.Mode(), c.proto, c.method, v)
+		}
 	}
 }
 

@@ -26,7 +26,11 @@ type Resolver interface {
 
 // Event is one decision, reported to Config.OnDecision.
 type Event struct {
-	Time     time.Time
+	Time time.Time
+	// Scope is "domain" for the domain policy's decision, "non_domain" for
+	// the mode guard's (limited mode), which follows an allowed domain
+	// decision over HTTP, or stands alone for SOCKS5.
+	Scope    string
 	Allow    bool
 	Source   string // baseline_policy, mode_guard, decider
 	Reason   string // allowed, denied, not_allowed, not_allowed_local, method_not_allowed
@@ -38,6 +42,12 @@ type Event struct {
 	Override bool   // the client's answer to an ask decided
 	Floor    bool   // the operator floor refused
 }
+
+// Scopes of an Event.
+const (
+	ScopeDomain    = "domain"
+	ScopeNonDomain = "non_domain"
+)
 
 // AskRequest is what AskFunc is asked about: a host the policy does not
 // cover.
@@ -203,11 +213,20 @@ func (p *Proxy) Close(ctx context.Context) error {
 // exactly one Event.
 func (p *Proxy) authorize(ctx context.Context, proto Protocol, rawHost string, port int, method, client string) ([]netip.Addr, Verdict, error) {
 	host, ok := NormalizeHost(rawHost)
+	if !ok {
+		host = rawHost
+	}
+	// SOCKS5 in limited mode: refused before any domain decision.
+	if proto == SOCKS5TCP || proto == SOCKS5UDP {
+		if g := p.cfg.Policy.ModeGuard(proto, method); !g.Allow {
+			p.report(Event{Scope: ScopeNonDomain, Source: g.Source, Reason: g.Reason, Protocol: proto, Host: host, Port: port, Method: method, Client: client})
+			return nil, g, nil
+		}
+	}
 	var v Verdict
 	override := false
 	if !ok || port <= 0 || port > 65535 {
 		v = Verdict{Source: SourceBaseline, Reason: ReasonNotAllowed}
-		host = rawHost
 	} else {
 		v = p.cfg.Policy.Decide(host, proto, method)
 	}
@@ -242,10 +261,16 @@ func (p *Proxy) authorize(ctx context.Context, proto Protocol, rawHost string, p
 			}
 		}
 	}
-	p.report(Event{Allow: v.Allow, Source: v.Source, Reason: v.Reason, Protocol: proto,
+	p.report(Event{Scope: ScopeDomain, Allow: v.Allow, Source: v.Source, Reason: v.Reason, Protocol: proto,
 		Host: host, Port: port, Method: method, Client: client, Override: override, Floor: v.Floor})
 	if rerr != nil {
 		return nil, v, fmt.Errorf("netproxy: resolve %s: %w", host, rerr)
+	}
+	if v.Allow && proto != SOCKS5TCP && proto != SOCKS5UDP {
+		if g := p.cfg.Policy.ModeGuard(proto, method); !g.Allow {
+			p.report(Event{Scope: ScopeNonDomain, Source: g.Source, Reason: g.Reason, Protocol: proto, Host: host, Port: port, Method: method, Client: client})
+			return nil, g, nil
+		}
 	}
 	return addrs, v, nil
 }

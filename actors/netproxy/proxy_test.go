@@ -124,6 +124,12 @@ func (h *harness) lastEvent() Event {
 	return h.events[len(h.events)-1]
 }
 
+func (h *harness) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.events)
+}
+
 func (h *harness) dials() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -268,12 +274,33 @@ func TestLimitedMode(t *testing.T) {
 		if want == 403 && resp.Header.Get("x-proxy-error") != "blocked-by-method-policy" {
 			t.Errorf("%s: x-proxy-error %q", m, resp.Header.Get("x-proxy-error"))
 		}
+		// As the reference: the domain's decision, then (refused) the mode
+		// guard's, scope non_domain.
+		h.mu.Lock()
+		evs := append([]Event(nil), h.events...)
+		h.mu.Unlock()
+		if want == 403 {
+			d, g := evs[len(evs)-2], evs[len(evs)-1]
+			if d.Scope != ScopeDomain || !d.Allow || d.Method != m || g.Scope != ScopeNonDomain || g.Allow || g.Source != SourceMode || g.Reason != ReasonMethod {
+				t.Errorf("%s: events %+v then %+v", m, d, g)
+			}
+		} else if e := evs[len(evs)-1]; e.Scope != ScopeDomain || !e.Allow {
+			t.Errorf("%s: event %+v", m, e)
+		}
 	}
 	if code, _ := rawConnect(t, h.httpAddr, "ok.test:443"); code != 403 {
 		t.Errorf("CONNECT in limited mode: %d", code)
 	}
+	if e := h.lastEvent(); e.Scope != ScopeNonDomain || e.Reason != ReasonMITMRequired || e.Protocol != HTTPSConnect {
+		t.Errorf("CONNECT in limited mode: event %+v", e)
+	}
+	n := h.count()
 	if rep := socksConnect(t, h.socksAddr, "ok.test", 443); rep != repNotAllowed {
 		t.Errorf("SOCKS5 in limited mode: reply %d", rep)
+	}
+	// SOCKS5: the mode guard alone, before any domain decision.
+	if e := h.lastEvent(); h.count() != n+1 || e.Scope != ScopeNonDomain || e.Reason != ReasonMethod || e.Protocol != SOCKS5TCP {
+		t.Errorf("SOCKS5 in limited mode: %d new events, last %+v", h.count()-n, e)
 	}
 }
 

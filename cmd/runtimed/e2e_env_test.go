@@ -216,9 +216,11 @@ func TestStartMetadataAndSandboxType(t *testing.T) {
 		if _, err := call(ctx, c, "process/start", params("n", map[string]any{"enforceManagedNetwork": true, "managedNetwork": map[string]any{"loopbackPorts": []int{3128}}})); err != nil {
 			t.Errorf("enforceManagedNetwork without a sandbox: %v", err)
 		}
-		_, err = call(ctx, c, "process/start", params("x", map[string]any{"networkProxy": map[string]any{"proxy": map[string]any{}}}))
+		_, err = call(ctx, c, "process/start", params("x", map[string]any{"networkProxy": map[string]any{"proxy": map[string]any{"enabled": true, "enableSocks5": false, "enableSocks5Udp": false,
+			"allowUpstreamProxy": false, "dangerouslyAllowAllUnixSockets": false, "allowLocalBinding": false, "mode": "full"}}}))
 		wantRPCError(t, "networkProxy", err, -32602, "managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false: no network namespace confines the command to the proxy on this host)")
-		_, err = call(ctx, c, "process/start", params("x", map[string]any{"networkProxy": map[string]any{"proxy": map[string]any{"domains": map[string]any{"*": "deny"}}}}))
+		_, err = call(ctx, c, "process/start", params("x", map[string]any{"networkProxy": map[string]any{"proxy": map[string]any{"enabled": true, "enableSocks5": false, "enableSocks5Udp": false,
+			"allowUpstreamProxy": false, "dangerouslyAllowAllUnixSockets": false, "allowLocalBinding": false, "mode": "full", "domains": map[string]any{"*": "deny"}}}}))
 		wantRPCError(t, "networkProxy domains", err, -32602, "invalid field `networkProxy.proxy.domains`: pattern \"*\": \"*\" is only an allow")
 		// Under an enforced sandbox (Codex's workspace-write), a managed network cannot be provided.
 		sandbox := codexWorkspaceWrite(dir, "restricted")
