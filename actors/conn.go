@@ -510,7 +510,7 @@ func (c *conn) start(msg wire.Message) {
 		return
 	}
 	if ns != nil {
-		spec.Network = c.managedNetworkFor(p.ProcessID, ns, p.PolicyDecisionTimeoutMs != nil)
+		spec.Network = c.managedNetworkFor(p.ProcessID, ns, ns.Review)
 	}
 	spec.Limits = LimitsFrom(p.Limits)
 	sub := c.subscriber()

@@ -191,7 +191,8 @@ func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun
 		ask = nil
 	}
 	p, err := netproxy.New(netproxy.Config{
-		Policy: mn.Spec.Policy,
+		Policy:   mn.Spec.Policy,
+		Resolver: s.cfg.netResolver,
 		OnDecision: func(e netproxy.Event) {
 			select {
 			case events <- e:

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/wire"
@@ -21,6 +23,9 @@ import (
 // askerMaxPending bounds a connection's unanswered network/policyRequest
 // (beyond it an ask is denied at once).
 const askerMaxPending = 1024
+
+// maxPolicyReason bounds a client's reason (the reference's limit).
+const maxPolicyReason = 1024
 
 // askerMailbox is the asker's mailbox capacity.
 const askerMailbox = 64
@@ -146,6 +151,9 @@ func (c *conn) policyAsker(processID string) netproxy.AskFunc {
 			allow, reason := wire.ParsePolicyRequestResult(ans.result)
 			if !allow && reason == netproxy.ReasonNotAllowed {
 				return false, "", errors.New("malformed answer")
+			}
+			if len(reason) > maxPolicyReason || strings.IndexFunc(reason, unicode.IsControl) >= 0 {
+				return false, "", errors.New("unusable reason") // as the reference: not_allowed
 			}
 			return allow, reason, nil
 		case <-ctx.Done():

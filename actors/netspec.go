@@ -12,11 +12,16 @@ import (
 // NetworkSpec is a start's managed network (PROTOCOL.md section 7.5): the
 // compiled policy and what the proxies offer.
 type NetworkSpec struct {
-	Enabled         bool // false: the proxy is off, the command has no network
-	Policy          *netproxy.Matcher
-	SOCKS5          bool
-	SOCKS5UDP       bool
-	AskTimeout      time.Duration // policyDecisionTimeoutMs (default 30 s)
+	Enabled   bool // false: the proxy is off, the command has no network
+	Policy    *netproxy.Matcher
+	SOCKS5    bool
+	SOCKS5UDP bool
+	// Review: the client reviews hosts the policy does not cover
+	// (network/policyRequest), as the reference does when the start sends
+	// a non-zero policyDecisionTimeoutMs; AskTimeout is that bound plus
+	// the reference's 5 s transport margin (30 s + 5 s without one).
+	Review          bool
+	AskTimeout      time.Duration
 	EnvironmentID   string
 	ExecutionID     string
 	AllowLocalBinds bool
@@ -24,7 +29,10 @@ type NetworkSpec struct {
 
 // DefaultPolicyDecisionTimeout bounds a network/policyRequest without
 // policyDecisionTimeoutMs.
-const DefaultPolicyDecisionTimeout = 30 * time.Second
+const DefaultPolicyDecisionTimeout = 30*time.Second + askMargin
+
+// askMargin is added to policyDecisionTimeoutMs for the round trip.
+const askMargin = 5 * time.Second
 
 // ParseNetworkSpec parses process/start's networkProxy (raw) strictly and
 // compiles its domains with the operator's floor: nil, nil without one;
@@ -63,7 +71,8 @@ func ParseNetworkSpec(raw json.RawMessage, timeoutMs *uint64, floor []string) (*
 		ms = *timeoutMs
 	}
 	if ms > 0 {
-		ns.AskTimeout = time.Duration(min(ms, uint64(24*time.Hour/time.Millisecond))) * time.Millisecond
+		ns.Review = true
+		ns.AskTimeout = time.Duration(min(ms, uint64(24*time.Hour/time.Millisecond)))*time.Millisecond + askMargin
 	}
 	return ns, nil
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors/fsops"
+	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/actors/hostenv"
 	"github.com/runtimed/runtimed/wire"
 )
@@ -57,6 +58,9 @@ type Config struct {
 	// NetworkDeny is the operator's network floor: patterns no managed
 	// network policy can allow (checked by the caller: runtime validates it).
 	NetworkDeny []string
+	// netResolver resolves names for managed-network proxies (nil: the
+	// system's); only this package's tests set it.
+	netResolver netproxy.Resolver
 	// Metrics receives measurements (nil: none are taken).
 	Metrics Metrics
 }

@@ -230,7 +230,21 @@ func (p *Proxy) authorize(ctx context.Context, proto Protocol, rawHost string, p
 	} else {
 		v = p.cfg.Policy.Decide(host, proto, method)
 	}
+	var addrs []netip.Addr
+	resolved := false
 	if !v.Allow && v.Askable && p.cfg.Ask != nil {
+		// Only a host that resolves, and to public addresses, is worth a
+		// reviewer's time (the reference checks the local ranges, with
+		// the name resolved, before it asks).
+		if a, err := p.cfg.Resolver.LookupNetIP(ctx, "ip", host); err != nil {
+			p.report(Event{Scope: ScopeDomain, Source: v.Source, Reason: v.Reason, Protocol: proto, Host: host, Port: port, Method: method, Client: client})
+			return nil, v, nil
+		} else if rv := p.cfg.Policy.CheckResolved(host, a); !rv.Allow {
+			p.report(Event{Scope: ScopeDomain, Source: rv.Source, Reason: rv.Reason, Protocol: proto, Host: host, Port: port, Method: method, Client: client, Floor: rv.Floor})
+			return nil, rv, nil
+		} else {
+			addrs, resolved = a, true
+		}
 		actx, cancel := context.WithTimeout(ctx, p.cfg.AskTimeout)
 		allow, reason, err := p.cfg.Ask(actx, AskRequest{Protocol: proto, Host: host, Port: port})
 		cancel()
@@ -247,9 +261,8 @@ func (p *Proxy) authorize(ctx context.Context, proto Protocol, rawHost string, p
 			v = Verdict{Source: SourceDecider, Reason: reason}
 		}
 	}
-	var addrs []netip.Addr
 	var rerr error
-	if v.Allow {
+	if v.Allow && !resolved {
 		if a, err := netip.ParseAddr(host); err == nil {
 			addrs = []netip.Addr{a}
 		} else {
@@ -260,6 +273,9 @@ func (p *Proxy) authorize(ctx context.Context, proto Protocol, rawHost string, p
 				v, addrs = rv, nil
 			}
 		}
+	}
+	if !v.Allow {
+		addrs = nil
 	}
 	p.report(Event{Scope: ScopeDomain, Allow: v.Allow, Source: v.Source, Reason: v.Reason, Protocol: proto,
 		Host: host, Port: port, Method: method, Client: client, Override: override, Floor: v.Floor})

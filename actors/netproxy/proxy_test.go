@@ -563,6 +563,10 @@ func TestAsk(t *testing.T) {
 		{"known.test", 200, SourceBaseline, ReasonAllowed, false, false},
 		{"denied.test", 403, SourceBaseline, ReasonDenied, false, false},
 		{"127.0.0.1", 403, SourceBaseline, ReasonNotAllowedLocal, false, false},
+		// An uncovered name that resolves to loopback, or not at all, is
+		// refused without bothering the reviewer.
+		{"rebind.test", 403, SourceBaseline, ReasonNotAllowedLocal, false, false},
+		{"nx.invalid", 403, SourceBaseline, ReasonNotAllowed, false, false},
 	} {
 		resp, err := c.Get("http://" + tc.host + "/")
 		if err != nil {
