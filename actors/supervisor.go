@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors/fsops"
-	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/actors/hostenv"
+	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/wire"
 )
 
