@@ -106,6 +106,15 @@ func TestNothingElseReachable(t *testing.T) {
 				return fmt.Errorf("%s: %v", a, err)
 			}
 		}
+		// A raw socket (root may open one) has no route out either.
+		if fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_RAW, syscall.IPPROTO_ICMP); err == nil {
+			echo := []byte{8, 0, 0xf7, 0xff, 0, 0, 0, 0} // ICMP echo request, checksum set
+			serr := syscall.Sendto(fd, echo, 0, &syscall.SockaddrInet4{Addr: [4]byte{1, 1, 1, 1}})
+			syscall.Close(fd)
+			if !errors.Is(serr, syscall.ENETUNREACH) {
+				return fmt.Errorf("raw ICMP out: %v", serr)
+			}
+		}
 		u, err := net.Dial("udp", "1.1.1.1:53")
 		if err == nil {
 			_, err = u.Write([]byte("x"))
