@@ -325,6 +325,10 @@ var knownMethods = map[string]string{
 	wire.MethodProcessKill:       "exec",
 	wire.MethodEnvironmentInfo:   "environment info",
 	wire.MethodHTTPRequest:       "http",
+
+	wire.MethodEnvironmentConfigRead:     "environment config",
+	wire.MethodCapabilitiesDiscoverV2:    "capability discovery",
+	wire.MethodCapabilityRootsDiscoverV1: "capability discovery",
 }
 
 func (c *conn) request(msg wire.Message) {
@@ -348,7 +352,7 @@ func (c *conn) request(msg wire.Message) {
 		c.reply(msg.ID, nil, wire.ErrNotInitializedAck(family))
 		return
 	}
-	if family == "filesystem" {
+	if family == "filesystem" || isCodexHomeMethod(msg.Method) {
 		c.fs(msg)
 		return
 	}
@@ -590,7 +594,13 @@ func (c *conn) fsRequest(msg wire.Message, w *fsops.Worker) (ok bool) {
 	defer c.recoverPanic("fs worker", msg.ID)
 	runTestHook(&hookFsRequest, msg.Method)
 	start := time.Now()
-	res, ferr := w.Handle(msg.Method, msg.Params)
+	var res any
+	var ferr *wire.Error
+	if isCodexHomeMethod(msg.Method) {
+		res, ferr = c.codexHomeRequest(msg)
+	} else {
+		res, ferr = w.Handle(msg.Method, msg.Params)
+	}
 	c.reply(msg.ID, res, ferr)
 	c.observeRequest(msg.Method, msg.ID, start)
 	return true

@@ -26,7 +26,9 @@
 // costs no thread. A connection actor (ServeConn's goroutine) owns the
 // handshake state, the session's routing table and the app-server handles;
 // its fs worker goroutine (started on the first fs request) runs fs/*
-// requests in arrival order and owns the connection's fsops.Worker: the
+// requests, and environmentConfig/read and the capability discovery
+// methods (codexcfg.go, reading the disk through actors/codexhome), in
+// arrival order and owns the connection's fsops.Worker: the
 // fs/open handles and the fs/watchMissing watches, whose fs/missingChanged
 // it queues after the answer that armed them. The connection's queue
 // goroutine (outbound.go), started by the reader before the first request

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"net/url"
+	"strings"
 
 	"github.com/runtimed/runtimed/actors/hostenv"
 	"github.com/runtimed/runtimed/wire"
@@ -23,7 +24,7 @@ func (r *ProcessRef) Metadata() *Metadata { return r.meta }
 func environmentInfo(h hostenv.Info, caps wire.Capabilities) wire.EnvironmentInfo {
 	info := wire.EnvironmentInfo{
 		Shell:                wire.ShellInfo{Name: h.ShellName, Path: h.ShellPath},
-		ExecutorVersion:      h.Version,
+		ExecutorVersion:      ExecutorVersion(h.Version),
 		ProviderID:           h.ProviderID,
 		PlatformOS:           h.OS,
 		UserHomeDir:          fileURI(h.Home),
@@ -37,6 +38,36 @@ func environmentInfo(h hostenv.Info, caps wire.Capabilities) wire.EnvironmentInf
 		info.Cwd = &cwd
 	}
 	return info
+}
+
+// CodexProtocolVersion is the newest Codex release whose exec-server
+// protocol runtimed speaks (PROTOCOL.md section 7).
+const CodexProtocolVersion = "0.171.0"
+
+// ExecutorVersion is environmentInfo.executorVersion for runtimed version
+// v: CodexProtocolVersion with v as semver build metadata
+// ("0.171.0+runtimed.1.4.2"). Codex compares the executor's version to
+// decide what to ask of it (0.169 sends capabilities/discoverV2 only to an
+// executor of 0.164.0 or later, whatever its capabilities say), so the
+// version it compares is the protocol level runtimed implements; runtimed's
+// own version stays in the build metadata, which semver ordering ignores.
+func ExecutorVersion(v string) string {
+	var b strings.Builder
+	b.WriteString(CodexProtocolVersion + "+runtimed")
+	ident := false
+	for _, r := range v {
+		switch {
+		case r >= '0' && r <= '9', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '-':
+			if !ident {
+				b.WriteByte('.')
+				ident = true
+			}
+			b.WriteRune(r)
+		default: // '.', '+' and anything semver metadata cannot hold separate identifiers
+			ident = false
+		}
+	}
+	return b.String()
 }
 
 // fileURI turns an absolute native path into a file: URI ("" stays "").

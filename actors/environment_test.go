@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"regexp"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ func TestEnvironmentInfoFromHost(t *testing.T) {
 	got := environmentInfo(h, wire.Capabilities{FsWatchMissing: true})
 	cwd := "file:///srv/my%20work"
 	want := wire.EnvironmentInfo{
-		Shell: wire.ShellInfo{Name: "zsh", Path: "/usr/bin/zsh"}, ExecutorVersion: "1.2.3", ProviderID: "sha256:ab",
+		Shell: wire.ShellInfo{Name: "zsh", Path: "/usr/bin/zsh"}, ExecutorVersion: "0.171.0+runtimed.1.2.3", ProviderID: "sha256:ab",
 		Cwd: &cwd, UserHomeDir: "file:///home/u", PlatformOS: "linux",
 		PrependPathDirs: []string{"file:///opt/bin"}, TemporaryDirectories: []string{"file:///var/tmp/x"}, TempDir: "file:///var/tmp/x",
 	}
@@ -199,6 +200,24 @@ func TestManagedNetworkError(t *testing.T) {
 			t.Errorf("case %d: unexpected %v", i, e)
 		case c.want != "" && (e == nil || e.Code != wire.CodeInvalidParams || e.Message != c.want):
 			t.Errorf("case %d: got %v, want -32602 %q", i, e, c.want)
+		}
+	}
+}
+
+// Codex 0.169 asks capabilities/discoverV2 only of executors of 0.164.0 or later: the reported version
+// is the protocol level with runtimed's own version as build metadata, valid semver for every input.
+func TestExecutorVersion(t *testing.T) {
+	semver := regexp.MustCompile(`^0\.171\.0\+runtimed(\.[0-9A-Za-z-]+)*$`)
+	for in, want := range map[string]string{
+		"1.4.2":                          "0.171.0+runtimed.1.4.2",
+		"0.0.0-devel":                    "0.171.0+runtimed.0.0.0-devel",
+		"0.0.0-devel+abcdef123456.dirty": "0.171.0+runtimed.0.0.0-devel.abcdef123456.dirty",
+		"":                               "0.171.0+runtimed",
+		"1..2/ä":                         "0.171.0+runtimed.1.2",
+	} {
+		got := ExecutorVersion(in)
+		if got != want || !semver.MatchString(got) {
+			t.Errorf("ExecutorVersion(%q) = %q, want %q (semver)", in, got, want)
 		}
 	}
 }

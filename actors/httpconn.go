@@ -78,9 +78,14 @@ func (c *conn) httpRequest(msg wire.Message) {
 		}
 		c.wg.Go(c.httpManage)
 	}
-	req := httpreq.Request{Method: p.Method, URL: p.URL, Body: p.BodyBase64}
+	stop, werr := p.StopRedirects()
+	if werr != nil {
+		c.reply(msg.ID, nil, werr)
+		return
+	}
+	req := httpreq.Request{Method: p.Method, URL: p.URL, Body: p.BodyBase64, StopRedirects: stop}
 	for _, h := range p.Headers {
-		req.Headers = append(req.Headers, httpreq.Header{Name: h.Name, Value: h.Value})
+		req.Headers = append(req.Headers, httpreq.Header{Name: h.Name, Value: h.Value, ValueEnvVar: h.ValueEnvVar})
 	}
 	if p.TimeoutMs != nil {
 		d := time.Duration(min(*p.TimeoutMs, 24*3600*1000)) * time.Millisecond
@@ -241,6 +246,12 @@ func httpError(err error, maxBody int64) *wire.Error {
 			return wire.ErrHTTPScheme(inv.Detail)
 		case httpreq.InvalidHeaderName:
 			return wire.ErrHTTPHeaderName()
+		case httpreq.HeaderEnvProtected:
+			return wire.ErrHTTPHeaderEnv("protected", inv.Detail, inv.Var)
+		case httpreq.HeaderEnvUnset:
+			return wire.ErrHTTPHeaderEnv("unset", inv.Detail, inv.Var)
+		case httpreq.HeaderEnvEmpty:
+			return wire.ErrHTTPHeaderEnv("empty", inv.Detail, inv.Var)
 		default:
 			return wire.ErrHTTPHeaderValue(inv.Detail)
 		}

@@ -50,6 +50,10 @@ type Config struct {
 	Capabilities wire.Capabilities
 	// HTTP configures http/request.
 	HTTP HTTPConfig
+	// CodexSystemDir is where the executor's system Codex configuration
+	// lives (environmentConfig/read, capability discovery); "" is
+	// /etc/codex. The user's is $CODEX_HOME of the daemon's environment.
+	CodexSystemDir string
 	// Services, if set, lists the server's supervised services' processes;
 	// process/list shows them after the session's own (they belong to no
 	// session, so they are listed, not controlled, there).

@@ -101,9 +101,7 @@ func TestProtocolDocMatchesServer(t *testing.T) {
 	}
 	sec9, _, _ = strings.Cut(sec9, "\n## ")
 	unserved := regexp.MustCompile("`([a-zA-Z]+/[a-zA-Z0-9]+)`").FindAllStringSubmatch(sec9, -1)
-	if len(unserved) == 0 {
-		t.Fatal("section 8 names no method")
-	}
+	// Section 8 may name none: every method Codex sends is served today.
 	for _, u := range unserved {
 		rerr, err := c.Call(u[1], map[string]any{}, nil, 10*time.Second)
 		if err != nil {

@@ -30,10 +30,27 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 		// process/ack: handed output stays retained until acknowledged
 		// (actors, the unread-output rule).
 		RuntimedOutputAck: true,
+		// environmentConfig/read: system and user layers, projected
+		// (actors/codexhome).
+		EnvironmentConfigRead: true,
+		// capabilities/discoverV2 and capabilityRoots/discoverV1
+		// (actors/codexhome), every read offered to the request's sandbox
+		// through the check fs/* requests use (fsops.ReadCheck).
+		CapabilityDiscoveryV2:      true,
+		CapabilityDiscoverySandbox: true,
+		// http/request headers {name, value, valueEnvVar} (actors/httpreq).
+		HTTPHeaderEnvVars: true,
 	}
 	if iso != nil {
 		c.RuntimedSandbox = iso.Host.Enforces()
 		c.RuntimedSandboxSubpaths = c.RuntimedSandbox && iso.Host.MountNS
+		// A policy with "/" writable keeps /dev/null, zero, full, random,
+		// urandom and tty usable (the sandbox's device rules apply whatever
+		// the root access; cmd/runtimed TestSandboxRootWritePreservesDevices).
+		// linuxApprovedRootWritePreservesRestrictions stays false: denied
+		// root-metadata symlink targets under approved root writes are not
+		// verified here.
+		c.LinuxRootWritePreservesDevices = c.RuntimedSandbox
 		// A managed network only where the sandbox places the proxies as
 		// the command's only way out (Isolation.Net); never advertised
 		// otherwise.

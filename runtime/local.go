@@ -39,6 +39,8 @@ type Local struct {
 	maxProcs int      // Config.MaxProcesses: a Local is one session
 	cfgErr   error    // Config.Validate's error: every Start returns it
 	netDeny  []string // Config.NetworkDeny, the operator's network floor
+
+	codexSystemDir string // Config.CodexSystemDir (immutable)
 }
 
 // NewLocal starts an embedded runtime. cfg's zero value means the defaults;
@@ -56,7 +58,7 @@ func NewLocal(cfg Config) *Local {
 	scfg := supervisorConfig(cfg, iso)
 	scfg.Budgets = cfg.budgets(ProbeMachine())
 	scfg.FsRoots = roots // process cwds too
-	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), open: make(map[*actors.ProcessRef]struct{}), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr, netDeny: cfg.NetworkDeny}
+	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), open: make(map[*actors.ProcessRef]struct{}), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr, netDeny: cfg.NetworkDeny, codexSystemDir: cfg.CodexSystemDir}
 }
 
 func supervisorConfig(cfg Config, iso *isolation) actors.Config {
@@ -78,6 +80,7 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 		Capabilities:    capabilities(cfg, iso),
 		HTTP:            actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
 		NetworkDeny:     cfg.NetworkDeny,
+		CodexSystemDir:  cfg.CodexSystemDir,
 		Logger:          cfg.Logger,
 	}
 }

@@ -130,6 +130,10 @@ type Config struct {
 	// larger one is an error; streamed bodies are not capped). Zero means
 	// DefaultMaxHTTPBodyBytes, negative is an error.
 	MaxHTTPBodyBytes int64
+	// CodexSystemDir is where the executor's system Codex configuration
+	// lives (config.toml, requirements.toml, skills/) for
+	// environmentConfig/read and capability discovery. Empty: /etc/codex.
+	CodexSystemDir string
 	// Metrics collects Prometheus metrics in a registry of this server's
 	// own, served by ObservabilityHandler (see docs/operations.md).
 	Metrics bool

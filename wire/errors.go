@@ -158,6 +158,18 @@ func ErrHTTPHeaderValue(name string) *Error {
 	return Errorf(CodeInvalidParams, "http/request header value is invalid for %s: failed to parse header value", name)
 }
 
+// ErrHTTPHeaderEnv: a header's valueEnvVar is protected, unset or empty
+// (kind "protected", "unset" or "empty").
+func ErrHTTPHeaderEnv(kind, name, envVar string) *Error {
+	switch kind {
+	case "protected":
+		return Errorf(CodeInvalidParams, "http/request header %s cannot use executor environment variable %s", name, envVar)
+	case "empty":
+		return Errorf(CodeInvalidParams, "http/request header %s requires a non-empty executor environment variable %s", name, envVar)
+	}
+	return Errorf(CodeInvalidParams, "http/request header %s requires executor environment variable %s", name, envVar)
+}
+
 func ErrHTTPStreamActive(requestID string) *Error {
 	return Errorf(CodeInvalidParams, "http/request streamResponse requestId `%s` is already active", requestID)
 }

@@ -1,6 +1,9 @@
 package wire
 
-import "strconv"
+import (
+	"encoding/json"
+	"strconv"
+)
 
 // http/request (PROTOCOL.md section 7.4).
 const (
@@ -9,9 +12,12 @@ const (
 )
 
 // HTTPHeader is one request or response header; repeated names are kept.
+// ValueEnvVar (requests only, capability httpHeaderEnvVars) names an
+// executor environment variable whose value is appended to Value.
 type HTTPHeader struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name        string  `json:"name"`
+	Value       string  `json:"value"`
+	ValueEnvVar *string `json:"valueEnvVar,omitempty"`
 }
 
 // HTTPRequestParams are the params of http/request. A nil TimeoutMs means
@@ -24,6 +30,31 @@ type HTTPRequestParams struct {
 	TimeoutMs      *uint64      `json:"timeoutMs"`
 	RequestID      string       `json:"requestId"`
 	StreamResponse bool         `json:"streamResponse"`
+	// RedirectPolicy is "follow" (absent: the default) or "stop"; see
+	// StopRedirects.
+	RedirectPolicy json.RawMessage `json:"redirectPolicy,omitempty"`
+}
+
+// StopRedirects reads RedirectPolicy: true for "stop", false when absent
+// or "follow"; anything else is -32602 with the reference's text.
+func (p *HTTPRequestParams) StopRedirects() (bool, *Error) {
+	if len(p.RedirectPolicy) == 0 {
+		return false, nil
+	}
+	var s string
+	if string(p.RedirectPolicy) == "null" {
+		return false, Errorf(CodeInvalidParams, "invalid type: null, expected string or map")
+	}
+	if err := json.Unmarshal(p.RedirectPolicy, &s); err != nil {
+		return false, Errorf(CodeInvalidParams, "invalid type for field `redirectPolicy`: expected `follow` or `stop`")
+	}
+	switch s {
+	case "follow":
+		return false, nil
+	case "stop":
+		return true, nil
+	}
+	return false, Errorf(CodeInvalidParams, "unknown variant `%s`, expected `follow` or `stop`", s)
 }
 
 func (*HTTPRequestParams) RequiredFields() []string { return []string{"method", "url", "requestId"} }

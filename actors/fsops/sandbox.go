@@ -46,3 +46,23 @@ func checkSandbox(raw json.RawMessage, a access, ts ...target) *wire.Error {
 	}
 	return nil
 }
+
+// ReadCheck resolves the sandbox an fs-like request carries (raw: null or a
+// section 7.3 sandbox) once and returns the check checkSandbox applies to
+// reads: may the daemon read the physical absolute path p on the request's
+// behalf? Capability discovery walks with it, so its reads are held to the
+// same rules as fs/readFile's. A malformed sandbox is its -32602.
+func ReadCheck(raw json.RawMessage) (func(p string) bool, *wire.Error) {
+	sb, werr := wire.ParseSandbox(raw)
+	if werr != nil {
+		return nil, werr
+	}
+	if sb == nil {
+		return func(string) bool { return true }, nil
+	}
+	p, werr := policy.ResolveForCheck(sb, "", os.Environ())
+	if werr != nil {
+		return nil, werr
+	}
+	return func(path string) bool { return p.Allows(path, false) }, nil
+}

@@ -16,7 +16,12 @@
 // Only http and https URLs are accepted. The method is sent as given (any
 // RFC 9110 token). Request headers keep their order and repeats; a Host
 // header sets the request's host. No User-Agent is added; Accept defaults to
-// */*. Bodies are not decompressed. Response header names are lower-cased
+// */*. A header's ValueEnvVar appends that variable of the executor's
+// environment (Options.LookupEnv) to its value; ProtectedEnvVars (the
+// executor's own credentials, any case), unset and empty variables are
+// refused before anything is sent. Redirects are followed (at most 10)
+// unless the request says StopRedirects: then the redirect is the answer.
+// Bodies are not decompressed. Response header names are lower-cased
 // and sorted, each name's values in arrival order.
 //
 // # Concurrency

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -18,9 +19,42 @@ import (
 const DefaultMaxBodyBytes = 16 << 20
 
 // Header is one request or response header. Repeated names are kept.
+// ValueEnvVar (requests only), when set, names an environment variable of
+// the executor whose value is appended to Value, so a secret never crosses
+// the wire.
 type Header struct {
-	Name  string
-	Value string
+	Name        string
+	Value       string
+	ValueEnvVar *string
+}
+
+// ProtectedEnvVars are the executor variables a header may never take its
+// value from (any case): the executor's own credentials. The list is the
+// reference exec-server's (Codex 0.169).
+var ProtectedEnvVars = []string{
+	"CODEX_EXEC_SERVER_NOISE_AUTH_TOKEN",
+	"OPENAI_FEDERATION_RULE_ID",
+	"OPENAI_IDENTITY_TOKEN_FILE",
+	"OPENAI_WORKLOAD_IDENTITY_CONTEXT",
+	"OPENAI_API_KEY",
+	"CODEX_API_KEY",
+	"CODEX_ACCESS_TOKEN",
+	"CODEX_CONNECTORS_TOKEN",
+	"AWS_ACCESS_KEY_ID",
+	"AWS_SECRET_ACCESS_KEY",
+	"AWS_SESSION_TOKEN",
+	"AZURE_CLIENT_SECRET",
+	"AZURE_FEDERATED_TOKEN_FILE",
+	"GOOGLE_APPLICATION_CREDENTIALS",
+}
+
+func protectedEnvVar(name string) bool {
+	for _, p := range ProtectedEnvVars {
+		if strings.EqualFold(p, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Request is one HTTP request to make.
@@ -32,6 +66,9 @@ type Request struct {
 	// Timeout, if not nil, bounds the whole exchange: connecting, the
 	// response headers and reading the body. Zero times out at once.
 	Timeout *time.Duration
+	// StopRedirects makes a redirect response the answer instead of
+	// following it (redirectPolicy "stop").
+	StopRedirects bool
 }
 
 // InvalidKind says what is wrong with a Request.
@@ -43,12 +80,16 @@ const (
 	UnsupportedScheme                         // Detail is the scheme
 	InvalidHeaderName                         // Detail is the name
 	InvalidHeaderValue                        // Detail is the header's name
+	HeaderEnvProtected                        // Detail is the header's name, Var the variable
+	HeaderEnvUnset                            // Detail is the header's name, Var the variable
+	HeaderEnvEmpty                            // Detail is the header's name, Var the variable
 )
 
 // InvalidError is a request refused before anything was sent.
 type InvalidError struct {
 	Kind   InvalidKind
 	Detail string
+	Var    string // the header's valueEnvVar, for the HeaderEnv kinds
 }
 
 func (e *InvalidError) Error() string {
@@ -61,6 +102,12 @@ func (e *InvalidError) Error() string {
 		return "httpreq: only http and https URLs are supported, got " + e.Detail
 	case InvalidHeaderName:
 		return fmt.Sprintf("httpreq: invalid header name %q", e.Detail)
+	case HeaderEnvProtected:
+		return fmt.Sprintf("httpreq: header %s cannot use executor environment variable %s", e.Detail, e.Var)
+	case HeaderEnvUnset:
+		return fmt.Sprintf("httpreq: header %s requires executor environment variable %s", e.Detail, e.Var)
+	case HeaderEnvEmpty:
+		return fmt.Sprintf("httpreq: header %s requires a non-empty executor environment variable %s", e.Detail, e.Var)
 	default:
 		return "httpreq: invalid header value for " + e.Detail
 	}
@@ -80,26 +127,35 @@ func (e *TimeoutError) Error() string {
 type Options struct {
 	// MaxBodyBytes caps a buffered body (ReadAll); <= 0 means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// LookupEnv reads the executor's environment for ValueEnvVar headers;
+	// nil means os.LookupEnv.
+	LookupEnv func(string) (string, bool)
 }
 
 // Client makes requests over one connection pool. Its methods may be
 // called concurrently. Close it when done: it closes idle connections.
 type Client struct {
-	hc      *http.Client
+	hc      *http.Client // follows redirects (at most 10)
+	stop    *http.Client // same pool; a redirect is the answer
 	maxBody int64
+	env     func(string) (string, bool)
 }
 
 // NewClient returns a client with its own connection pool. Bodies are
 // passed through as received (no transparent decompression); proxies come
 // from the environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY); redirects are
-// followed (at most 10).
+// followed (at most 10) unless a request says StopRedirects.
 func NewClient(opts Options) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.DisableCompression = true
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	return &Client{hc: &http.Client{Transport: tr}, maxBody: opts.MaxBodyBytes}
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = os.LookupEnv
+	}
+	stop := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &Client{hc: &http.Client{Transport: tr}, stop: stop, maxBody: opts.MaxBodyBytes, env: opts.LookupEnv}
 }
 
 // MaxBodyBytes is the cap on a buffered body.
@@ -112,6 +168,7 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 // Prepared is a validated request, ready to send once.
 type Prepared struct {
 	c       *Client
+	hc      *http.Client
 	req     *http.Request
 	timeout *time.Duration
 }
@@ -149,14 +206,27 @@ func (c *Client) Prepare(r Request) (*Prepared, error) {
 		if !isToken(h.Name) {
 			return nil, &InvalidError{Kind: InvalidHeaderName, Detail: h.Name}
 		}
-		if !validHeaderValue(h.Value) {
+		value := h.Value
+		if v := h.ValueEnvVar; v != nil {
+			switch env, ok := c.env(*v); {
+			case protectedEnvVar(*v):
+				return nil, &InvalidError{Kind: HeaderEnvProtected, Detail: h.Name, Var: *v}
+			case !ok:
+				return nil, &InvalidError{Kind: HeaderEnvUnset, Detail: h.Name, Var: *v}
+			case env == "":
+				return nil, &InvalidError{Kind: HeaderEnvEmpty, Detail: h.Name, Var: *v}
+			default:
+				value += env
+			}
+		}
+		if !validHeaderValue(value) {
 			return nil, &InvalidError{Kind: InvalidHeaderValue, Detail: h.Name}
 		}
 		if strings.EqualFold(h.Name, "Host") {
-			req.Host = h.Value
+			req.Host = value
 			continue
 		}
-		req.Header.Add(h.Name, h.Value)
+		req.Header.Add(h.Name, value)
 	}
 	if _, ok := req.Header["User-Agent"]; !ok {
 		req.Header["User-Agent"] = []string{""} // send none rather than Go's default
@@ -164,7 +234,11 @@ func (c *Client) Prepare(r Request) (*Prepared, error) {
 	if _, ok := req.Header["Accept"]; !ok {
 		req.Header.Set("Accept", "*/*")
 	}
-	return &Prepared{c: c, req: req, timeout: r.Timeout}, nil
+	hc := c.hc
+	if r.StopRedirects {
+		hc = c.stop
+	}
+	return &Prepared{c: c, hc: hc, req: req, timeout: r.Timeout}, nil
 }
 
 // Response is a response whose headers have arrived. Read or ReadAll its
@@ -191,7 +265,7 @@ func (p *Prepared) Send(ctx context.Context) (*Response, error) {
 	} else {
 		ctx, cancel = context.WithCancel(ctx)
 	}
-	resp, err := p.c.hc.Do(p.req.WithContext(ctx))
+	resp, err := p.hc.Do(p.req.WithContext(ctx))
 	if err != nil {
 		err = p.mapErr(ctx, err)
 		cancel()

@@ -74,7 +74,7 @@ func TestBufferedRequestAndHeaders(t *testing.T) {
 	c := newClient(t, 0)
 	resp, err := do(t, c, Request{
 		Method: "PATCH", URL: s.URL + "/x?q=1", Body: []byte("hi"),
-		Headers: []Header{{"X-A", "1"}, {"x-a", "2"}, {"Host", "example.test"}},
+		Headers: []Header{{Name: "X-A", Value: "1"}, {Name: "x-a", Value: "2"}, {Name: "Host", Value: "example.test"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -161,10 +161,10 @@ func TestInvalidRequests(t *testing.T) {
 		{Request{Method: "GET", URL: "ftp://example.test/x"}, UnsupportedScheme, "ftp"},
 		{Request{Method: "GET", URL: "file:///etc/passwd"}, UnsupportedScheme, "file"},
 		{Request{Method: "GET", URL: "ws://127.0.0.1/"}, UnsupportedScheme, "ws"},
-		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{"bad name", "v"}}}, InvalidHeaderName, "bad name"},
-		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{"", "v"}}}, InvalidHeaderName, ""},
-		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{"X", "a\nb"}}}, InvalidHeaderValue, "X"},
-		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{"X", "a\x00"}}}, InvalidHeaderValue, "X"},
+		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{Name: "bad name", Value: "v"}}}, InvalidHeaderName, "bad name"},
+		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{Name: "", Value: "v"}}}, InvalidHeaderName, ""},
+		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{Name: "X", Value: "a\nb"}}}, InvalidHeaderValue, "X"},
+		{Request{Method: "GET", URL: "http://127.0.0.1/", Headers: []Header{{Name: "X", Value: "a\x00"}}}, InvalidHeaderValue, "X"},
 	}
 	for _, cs := range cases {
 		_, err := c.Prepare(cs.r)
@@ -174,7 +174,7 @@ func TestInvalidRequests(t *testing.T) {
 		}
 	}
 	// Upper-case schemes and tabs in values are fine.
-	if _, err := c.Prepare(Request{Method: "GET", URL: "HTTPS://127.0.0.1/", Headers: []Header{{"X", "a\tb"}}}); err != nil {
+	if _, err := c.Prepare(Request{Method: "GET", URL: "HTTPS://127.0.0.1/", Headers: []Header{{Name: "X", Value: "a\tb"}}}); err != nil {
 		t.Errorf("HTTPS URL with a tab in a value: %v", err)
 	}
 }
@@ -451,4 +451,65 @@ func TestTimeoutErrorText(t *testing.T) {
 	if got := fmt.Sprint((&InvalidError{Kind: UnsupportedScheme, Detail: "ftp"}).Error()); !strings.Contains(got, "ftp") {
 		t.Errorf("got %q", got)
 	}
+}
+
+func TestHeaderValueEnvVar(t *testing.T) {
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Header.Get("Authorization")) })
+	env := map[string]string{"TOKEN": "s3cr3t", "EMPTY": "", "OPENAI_API_KEY": "k", "BAD": "a\nb"}
+	c := NewClient(Options{LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	t.Cleanup(c.Close)
+	ptr := func(s string) *string { return &s }
+	resp, err := do(t, c, Request{Method: "GET", URL: s.URL, Headers: []Header{{Name: "Authorization", Value: "Bearer ", ValueEnvVar: ptr("TOKEN")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, err := resp.ReadAll(); err != nil || string(body) != "Bearer s3cr3t" {
+		t.Errorf("body %q, %v: want the value followed by the variable", body, err)
+	}
+	for _, tc := range []struct {
+		envVar string
+		kind   InvalidKind
+	}{
+		{"MISSING", HeaderEnvUnset}, {"EMPTY", HeaderEnvEmpty}, {"openai_api_key", HeaderEnvProtected},
+		{"OPENAI_API_KEY", HeaderEnvProtected}, {"Aws_Secret_Access_Key", HeaderEnvProtected}, {"BAD", InvalidHeaderValue},
+	} {
+		_, err := c.Prepare(Request{Method: "GET", URL: s.URL, Headers: []Header{{Name: "X", Value: "v", ValueEnvVar: ptr(tc.envVar)}}})
+		var inv *InvalidError
+		if !errors.As(err, &inv) || inv.Kind != tc.kind || inv.Detail != "X" || (tc.kind != InvalidHeaderValue && inv.Var != tc.envVar) {
+			t.Errorf("%s: %v, want kind %d", tc.envVar, err, tc.kind)
+		}
+	}
+}
+
+func TestStopRedirects(t *testing.T) {
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/r" {
+			http.Redirect(w, r, "/final", http.StatusMovedPermanently)
+			return
+		}
+		io.WriteString(w, "final")
+	})
+	c := newClient(t, 0)
+	for _, stop := range []bool{true, false} {
+		resp, err := do(t, c, Request{Method: "GET", URL: s.URL + "/r", StopRedirects: stop})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := resp.ReadAll()
+		if stop && (resp.Status != http.StatusMovedPermanently || !hasLocation(resp.Headers)) {
+			t.Errorf("stop: %d %q %v: want the 301 with its location", resp.Status, body, resp.Headers)
+		}
+		if !stop && (resp.Status != 200 || string(body) != "final") {
+			t.Errorf("follow: %d %q", resp.Status, body)
+		}
+	}
+}
+
+func hasLocation(hs []Header) bool {
+	for _, h := range hs {
+		if h.Name == "location" && h.Value == "/final" {
+			return true
+		}
+	}
+	return false
 }

@@ -9,6 +9,7 @@
 //	runtimed ps --connect URL --session ID                           list a session's processes
 //	runtimed attach --connect URL SESSION PROCESS                    re-attach to a process of a detached session
 //	runtimed fs cat|put|ls|stat [--connect URL] PATH                 files on the server (or here)
+//	runtimed fs config [--connect URL] [--key K.K]... [DIR]         what the executor reports about its Codex home
 //	runtimed bench (--connect URL | --spawn CMD [--stdio])           measure a compatible server
 //	runtimed version                                                 build information
 //	runtimed bench --soak (--connect URL --pid PID | --spawn CMD)    hostile clients: RSS, fds, latency

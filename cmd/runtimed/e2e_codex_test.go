@@ -55,10 +55,14 @@ type codexVersion struct {
 	// reconnects: the client resumes its exec-server session after a dropped connection
 	// (0.135 fails the running tool call instead).
 	reconnects bool
+	// executorConfig: the client reads the executor's configuration (environmentConfig/read, MCP
+	// servers reached through http/request) and discovers its skills (capabilities/discoverV2).
+	executorConfig bool
 }
 
 var codexVersions = []codexVersion{
-	{version: "0.169.0", reconnects: true}, // the reference client (PROTOCOL.md section 7)
+	{version: "0.169.0", reconnects: true, executorConfig: true}, // the reference client (PROTOCOL.md section 7)
+	{version: "0.171.0", reconnects: true, executorConfig: true}, // the newest Codex (PROTOCOL.md section 7)
 	{version: "0.135.0", reconnects: false},
 }
 
@@ -76,6 +80,9 @@ var codexCases = []struct {
 	{"stdio_transport", codexStdioCase},
 	{"sandbox_workspace_write", func(t *testing.T, h *codexHarness) { codexSandboxCase(t, h, "workspace-write") }},
 	{"sandbox_read_only", func(t *testing.T, h *codexHarness) { codexSandboxCase(t, h, "read-only") }},
+	{"executor_mcp", func(t *testing.T, h *codexHarness) { codexExecutorMCPCase(t, h, false) }},
+	{"executor_mcp_auth", func(t *testing.T, h *codexHarness) { codexExecutorMCPCase(t, h, true) }},
+	{"executor_skill", codexExecutorSkillCase},
 }
 
 func TestCodexAgent(t *testing.T) {
@@ -134,7 +141,8 @@ type codexHarness struct {
 	mark      string // a value only the server's environment has
 	refHome   string // CODEX_HOME of the reference exec-server
 	table     *methodTable
-	stdio     bool // codex starts the server itself (useStdio); no tap
+	stdio     bool     // codex starts the server itself (useStdio); no tap
+	serverEnv []string // more environment of the exec-server (not of codex)
 }
 
 func newCodexHarness(t *testing.T, cv codexVersion, codex string, reference bool, table *methodTable) *codexHarness {
@@ -160,6 +168,7 @@ func newCodexHarness(t *testing.T, cv codexVersion, codex string, reference bool
 // serverCommand is the exec-server under test listening at listen: program, arguments, environment.
 func (h *codexHarness) serverCommand(listen string) (string, []string, []string) {
 	env := []string{"HOME=" + h.home, "TMPDIR=" + h.tmp, "RUNTIMED_E2E_CODEX_MARK=" + h.mark}
+	env = append(env, h.serverEnv...)
 	if h.reference {
 		return h.codex, []string{"exec-server", "--listen", listen}, append(env, "CODEX_HOME="+h.refHome)
 	}

@@ -25,7 +25,13 @@ var capabilityNames = []string{
 
 // builtCapabilities are the capabilities this build provides (true); every other one must be false.
 // Add a name here together with the code that makes it work (and runtime.capabilities).
-var builtCapabilities = map[string]bool{"fsWatchMissing": true, "fileWriteStreaming": true, "sandboxedFileStreaming": true}
+var builtCapabilities = map[string]bool{"fsWatchMissing": true, "fileWriteStreaming": true, "sandboxedFileStreaming": true,
+	"environmentConfigRead": true, "capabilityDiscoveryV2": true, "capabilityDiscoverySandbox": true, "httpHeaderEnvVars": true}
+
+// hostCapabilities are Codex names whose value depends on what this host enforces: each must equal
+// the runtimed capability named (linuxRootWritePreservesDevices holds wherever sandboxes are enforced,
+// TestSandboxRootWritePreservesDevices).
+var hostCapabilities = map[string]string{"linuxRootWritePreservesDevices": "runtimedSandbox"}
 
 // extCapabilities are runtimed's own names; their values depend on what the
 // host can enforce, and TestCapabilitiesAreTruthful checks them against
@@ -114,6 +120,12 @@ func checkEnvInfo(t *testing.T, what string, raw json.RawMessage, wantTmp, wantH
 	}
 	for _, name := range capabilityNames {
 		v, ok := info.Capabilities[name]
+		if ext, host := hostCapabilities[name]; host {
+			if !ok || v != info.Capabilities[ext] {
+				t.Errorf("%s: capability %s = %v (present %v), want %s's %v", what, name, v, ok, ext, info.Capabilities[ext])
+			}
+			continue
+		}
 		if !ok || v != builtCapabilities[name] {
 			t.Errorf("%s: capability %s = %v (present %v), want %v", what, name, v, ok, builtCapabilities[name])
 		}
@@ -318,5 +330,13 @@ func checkCapabilitiesWork(t *testing.T, c *wiretest.Client) {
 	}
 	if err == nil {
 		mustCollect(t, c, "sbx")
+	}
+	// environmentConfigRead, capabilityDiscoveryV2 (with a sandbox: capabilityDiscoverySandbox):
+	// answered, not -32601 (e2e_codexhome_test.go checks what they answer).
+	if _, err := call(ctx, c, "environmentConfig/read", map[string]any{"cwd": fileURI(dir), "configPaths": [][]string{{"mcp_servers"}}, "requirementsPaths": [][]string{}}); err != nil {
+		t.Errorf("environmentConfigRead is claimed, environmentConfig/read: %v", err)
+	}
+	if _, err := call(ctx, c, "capabilities/discoverV2", map[string]any{"cwd": fileURI(dir), "sandbox": ro}); err != nil {
+		t.Errorf("capabilityDiscoveryV2 is claimed, capabilities/discoverV2: %v", err)
 	}
 }

@@ -238,3 +238,40 @@ grep -q '^Seccomp:.2' /proc/self/status && echo net-cut || echo net-open`, i, ou
 		}
 	})
 }
+
+// TestSandboxRootWritePreservesDevices is what the capability linuxRootWritePreservesDevices claims
+// (Codex: "a Linux filesystem sandbox preserves standard devices when / is writable"): with the
+// policy root: write, the standard devices still work (write to /dev/null and /dev/full's ENOSPC,
+// read /dev/zero and /dev/urandom, open /dev/tty's absence as ENXIO rather than a denial) and a write
+// anywhere lands, while the network stays cut.
+func TestSandboxRootWritePreservesDevices(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		c := session(t, tr)
+		ws := t.TempDir()
+		uri := "file://" + ws
+		sb := map[string]any{
+			"permissions": map[string]any{"type": "managed", "network": "restricted", "file_system": map[string]any{
+				"type": "restricted", "entries": []any{map[string]any{"path": map[string]any{"type": "special", "value": map[string]any{"kind": "root"}}, "access": "write"}},
+			}},
+			"cwd": uri, "workspaceRoots": []string{uri},
+		}
+		script := `echo x > /dev/null && echo null-ok
+[ "$(head -c 4 /dev/zero | wc -c)" = 4 ] && echo zero-ok
+[ "$(head -c 4 /dev/urandom | wc -c)" = 4 ] && echo urandom-ok
+(echo x > /dev/full) 2>&1 | grep -q 'No space' && echo full-ok
+echo w > written && echo write-ok`
+		req := startReq{StartParams: wiretest.StartParams{ProcessID: "rw", Argv: []string{"/usr/bin/bash", "-c", script}, Cwd: uri, Env: baseEnv()}, Sandbox: sb}
+		if _, err := call(tctx(t, wait), c, "process/start", req); err != nil {
+			if strings.Contains(err.Error(), "cannot be enforced on this host") {
+				t.Skipf("host: %v", err)
+			}
+			t.Fatalf("start: %v", err)
+		}
+		out := string(mustCollect(t, c, "rw").Output())
+		for _, w := range []string{"null-ok", "zero-ok", "urandom-ok", "full-ok", "write-ok"} {
+			if !strings.Contains(out, w) {
+				t.Errorf("root: write sandbox: want %q in %q", w, out)
+			}
+		}
+	})
+}

@@ -18,6 +18,7 @@ const fsUsage = `usage: runtimed fs COMMAND [--connect URL [--token-file F] [--c
   put PATH    replace the file atomically with stdin
   ls PATH     list a directory
   stat PATH   describe what PATH points to
+  config [DIR]  what the executor reports about its Codex home (see runtimed fs config -h)
 Without --connect the command runs on this machine through the embedded runtime.
 PATH is absolute (or a file: URI); a server started with --fs-root refuses
 paths outside its roots.
@@ -41,6 +42,8 @@ func fsCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case "-h", "-help", "--help", "help":
 		fs.Usage()
 		return 0
+	case "config":
+		return fsConfigCmd(args[1:], stdout, stderr)
 	}
 	if code, done := parseArgs(fs, args[1:]); done {
 		return code

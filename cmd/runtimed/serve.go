@@ -43,6 +43,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	tokenFile := fs.String("auth-token-file", "", "file holding the bearer token every websocket client must send (or set RUNTIMED_AUTH_TOKEN)")
 	httpRequests := fs.Bool("http-requests", true, "serve http/request: clients may make HTTP requests from this machine's network (false: refused with -32602)")
 	httpMaxBody := fs.Int64("http-max-body-bytes", runtime.DefaultMaxHTTPBodyBytes, "largest buffered http/request response body (streamed bodies are not capped)")
+	codexSystemDir := fs.String("codex-system-dir", "/etc/codex", "the executor's system Codex configuration directory (config.toml, requirements.toml, skills/) for environmentConfig/read and capability discovery; the user's is $CODEX_HOME, else ~/.codex")
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for performance work)")
 	defaultSandbox := fs.String("default-sandbox", "", "confine starts that carry no sandbox: read-only or workspace-write (project root = the start's cwd); empty: run them unconfined")
 	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
@@ -114,6 +115,7 @@ pair. Operator's guide: docs/operations.md.`)
 
 		DisableHTTPRequests: !*httpRequests,
 		MaxHTTPBodyBytes:    *httpMaxBody,
+		CodexSystemDir:      *codexSystemDir,
 
 		MaxConnections:      *maxConns,
 		MaxProcessesTotal:   *maxProcsTotal,
