@@ -3,11 +3,11 @@ package actors
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -71,13 +71,11 @@ func (c *conn) appLookup(handle string) (*appProc, bool) {
 	return a, true
 }
 
+// spawnApp decodes process/spawn into a StartRequest for Supervisor.Start
+// (the dialect's own fields, outputBytesCap and timeoutMs, first).
 func (c *conn) spawnApp(msg wire.Message) {
 	var p wire.SpawnParams
 	if !c.params(msg, &p) {
-		return
-	}
-	if len(p.Command) == 0 {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "command must not be empty"))
 		return
 	}
 	capBytes, _, e := wire.OptionalLimit(p.OutputBytesCap, "outputBytesCap", wire.AppDefaultOutputBytesCap)
@@ -90,57 +88,23 @@ func (c *conn) spawnApp(msg wire.Message) {
 		c.reply(msg.ID, nil, e)
 		return
 	}
-	dir, derr := absPath(p.Cwd)
-	if derr != nil {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
-		return
+	// The environment is the server's own, with env laid over it; null
+	// unsets. The dialect carries no sandbox: the operator's floor applies.
+	req := StartRequest{
+		Dialect: DialectApp, ID: p.ProcessHandle, Argv: p.Command, Cwd: p.Cwd, TTY: p.TTY, PipeStdin: p.StreamStdin,
+		EnvPolicy: &osproc.EnvPolicy{Inherit: "all", IgnoreDefaultExcludes: true},
+		Env:       make(map[string]string, len(p.Env)),
+		Timeout:   time.Duration(timeoutMs) * time.Millisecond,
 	}
-	if werr := c.sup.AllowCwd(p.Cwd); werr != nil { // --fs-root: the cwd too
-		c.reply(msg.ID, nil, werr)
-		return
-	}
-	if _, ok := c.appLookup(p.ProcessHandle); ok {
-		c.reply(msg.ID, nil, wire.ErrDuplicateHandle(p.ProcessHandle))
-		return
-	}
-	active := 0
-	for h := range c.apps {
-		if _, ok := c.appLookup(h); ok {
-			active++
-		}
-	}
-	if max := c.sup.cfg.MaxProcesses; max > 0 && active >= max {
-		c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
-		return
-	}
-	names := make(map[string]string, len(p.Env))
-	for k := range p.Env {
-		names[k] = ""
-	}
-	if e := checkEnvNames("env", names); e != nil {
-		c.reply(msg.ID, nil, e)
-		return
-	}
-	// The environment is the server's own, with env laid over it; null unsets.
-	set := map[string]string{}
-	unset := map[string]bool{}
 	for k, v := range p.Env {
 		if v == nil {
-			unset[k] = true
+			req.Unset = append(req.Unset, k)
 		} else {
-			set[k] = *v
+			req.Env[k] = *v
 		}
 	}
-	env := withoutVars(BuildEnv(ServerEnv(), &EnvPolicy{Inherit: "all", IgnoreDefaultExcludes: true}, set), unset)
-	spec := Spec{Argv: p.Command, Dir: dir, Env: env, TTY: p.TTY, PipeStdin: p.StreamStdin, Timeout: time.Duration(timeoutMs) * time.Millisecond}
 	if p.Size != nil {
-		spec.Rows, spec.Cols = p.Size.Rows, p.Size.Cols
-	}
-	// The dialect carries no sandbox: the operator's floor applies.
-	var serr *wire.Error
-	if spec.Sandbox, serr = c.sup.SandboxFor(nil, dir, env); serr != nil {
-		c.reply(msg.ID, nil, serr)
-		return
+		req.Rows, req.Cols = p.Size.Rows, p.Size.Cols
 	}
 	a := &appProc{
 		handle:      p.ProcessHandle,
@@ -150,18 +114,38 @@ func (c *conn) spawnApp(msg wire.Message) {
 		streaming:   p.StreamStdoutStderr,
 		cap:         capBytes,
 	}
-	// Internal ids keep the dialect's handles apart from process/start ids.
-	c.outbound()
-	ref, err := c.sup.SpawnCharged("app:"+p.ProcessHandle, spec, &Subscriber{Out: a.events, Done: c.ctx.Done()}, active)
+	req.Subscriber = Subscriber{Out: a.events, Done: c.ctx.Done()}
+	res, err := c.sup.Start(context.Background(), appOwner{c}, req)
 	if err != nil {
-		c.reply(msg.ID, nil, SpawnWireError(err))
+		c.reply(msg.ID, nil, startWireError(err))
 		return
 	}
-	a.ref = ref
+	a.ref = res.Ref
 	c.apps[p.ProcessHandle] = a
 	c.wg.Go(func() { c.runApp(a) })
 	c.reply(msg.ID, struct{}{}, nil)
 }
+
+// appOwner is the Owner of process/spawn: the connection's handle table.
+type appOwner struct{ c *conn }
+
+func (o appOwner) Reserve(handle string) (int, bool) {
+	if _, ok := o.c.appLookup(handle); ok {
+		return 0, true
+	}
+	active := 0
+	for h := range o.c.apps {
+		if _, ok := o.c.appLookup(h); ok {
+			active++
+		}
+	}
+	return active, false
+}
+
+func (o appOwner) Spawning() { o.c.outbound() }
+
+// Started: spawnApp registers the handle once it has the adapter ready.
+func (o appOwner) Started(string, *ProcessRef) {}
 
 // runApp is the adapter goroutine of one app-server process. It releases
 // the handle (closes a.done) before it queues the dialect's process/exited,
@@ -301,7 +285,7 @@ func (c *conn) resizeApp(msg wire.Message) {
 		return
 	}
 	if err := a.ref.Resize(c.ctx, p.Size.Rows, p.Size.Cols); err != nil {
-		if errors.Is(err, ErrNotPTY) {
+		if errors.Is(err, osproc.ErrNotPTY) {
 			c.reply(msg.ID, nil, wire.ErrResizeNotPTY())
 		} else {
 			c.reply(msg.ID, nil, wire.Errorf(wire.CodeInternal, "failed to resize PTY: %v", err))
@@ -330,21 +314,6 @@ func (c *conn) discardApps() {
 	for _, a := range c.apps {
 		_ = a.ref.Discard(context.Background())
 	}
-}
-
-// withoutVars drops the named variables from a KEY=VALUE list.
-func withoutVars(env []string, names map[string]bool) []string {
-	if len(names) == 0 {
-		return env
-	}
-	out := env[:0]
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if !names[k] {
-			out = append(out, kv)
-		}
-	}
-	return out
 }
 
 // app looks up an active app-server process, answering the dialect's

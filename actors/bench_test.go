@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
@@ -170,11 +171,11 @@ func benchSpawn(b *testing.B, mode string, h *sandbox.Host, policy *sandbox.Poli
 	sup := NewSupervisor(Config{
 		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
 		DetachTTL: time.Second,
-		Isolation: Isolation{Host: h, Contain: m},
+		Isolation: osproc.Isolation{Host: h, Contain: m},
 		Logger:    zap.NewNop(),
 	})
 	defer func() { sup.Kill(); _ = sup.Wait(context.Background()); _ = m.Close() }()
-	env := BuildEnv(ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
+	env := osproc.BuildEnv(osproc.ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
 	i := 0
 	for b.Loop() {
 		i++

@@ -7,6 +7,7 @@ import (
 
 	"github.com/runtimed/runtimed/actors/codexhome"
 	"github.com/runtimed/runtimed/actors/fsops"
+	"github.com/runtimed/runtimed/actors/policy"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -37,8 +38,8 @@ func (c *conn) codexHomeRequest(msg wire.Message) (any, *wire.Error) {
 
 // cwdParam checks a request's cwd: an absolute path or a file: URI.
 func cwdParam(cwd string) *wire.Error {
-	if _, err := absPath(cwd); err != nil {
-		return wire.Errorf(wire.CodeInvalidParams, "cwd %v", err)
+	if _, err := policy.NativePath(cwd); err != nil {
+		return cwdError(cwd, err)
 	}
 	return nil
 }
@@ -195,9 +196,9 @@ func DiscoverV1(raw json.RawMessage, roots fsops.Roots) (any, *wire.Error) {
 			out.Error = &msg
 			res.Roots = append(res.Roots, out)
 		}
-		path, err := absPath(r.Path)
+		path, err := policy.NativePath(r.Path)
 		if err != nil {
-			fail("capability root " + err.Error())
+			fail("capability root " + pathPredicate(err))
 			continue
 		}
 		may, werr := fsops.ReadCheck(r.Sandbox)

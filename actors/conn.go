@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/runtimed/runtimed/actors/fsops"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -443,13 +441,11 @@ func (c *conn) subscriber() Subscriber {
 	return Subscriber{Out: c.events, Done: c.ctx.Done(), Acks: c.acks}
 }
 
+// start decodes process/start into a StartRequest for Supervisor.Start,
+// which makes every check (see Start for their order).
 func (c *conn) start(msg wire.Message) {
 	var p wire.StartParams
 	if !c.params(msg, &p) {
-		return
-	}
-	if len(p.Argv) == 0 {
-		c.reply(msg.ID, nil, wire.ErrEmptyArgv())
 		return
 	}
 	sb, serr := c.lastSB.parse(p.Sandbox)
@@ -457,93 +453,57 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, serr)
 		return
 	}
-	dir, derr := absPath(p.Cwd)
-	if derr != nil {
-		c.reply(msg.ID, nil, wire.Errorf(wire.CodeInvalidParams, "cwd %s", derr.Error()))
+	netReq, nerr := c.networkRequest(&p)
+	if nerr != nil {
+		c.reply(msg.ID, nil, nerr)
 		return
 	}
-	if werr := c.sup.AllowCwd(p.Cwd); werr != nil { // --fs-root: the cwd too
-		c.reply(msg.ID, nil, werr)
-		return
+	req := StartRequest{
+		ID: p.ProcessID, Argv: p.Argv, Cwd: p.Cwd, Env: p.Env, TTY: p.TTY, PipeStdin: p.PipeStdin,
+		Sandbox: sb, Network: netReq, Limits: LimitsFrom(p.Limits), Metadata: processMetadata(p.Metadata),
 	}
-	if _, exists := c.session.Lookup(p.ProcessID); exists {
-		c.reply(msg.ID, nil, wire.ErrProcessExists(p.ProcessID))
-		return
-	}
-	if e := checkEnvNames("env", p.Env); e != nil {
-		c.reply(msg.ID, nil, e)
-		return
-	}
-	if p.EnvPolicy != nil {
-		if e := checkEnvInherit(p.EnvPolicy.Inherit); e != nil {
-			c.reply(msg.ID, nil, e)
-			return
-		}
-		if e := checkEnvNames("envPolicy.set", p.EnvPolicy.Set); e != nil {
-			c.reply(msg.ID, nil, e)
-			return
-		}
-	}
-	active := c.session.Active()
-	if max := c.sup.cfg.MaxProcesses; max > 0 && active >= max {
-		c.reply(msg.ID, nil, wire.ErrProcessLimit(max))
-		return
-	}
-	spec := Spec{Argv: p.Argv, Dir: dir, TTY: p.TTY, PipeStdin: p.PipeStdin, Metadata: processMetadata(p.Metadata)}
 	if p.Arg0 != nil {
-		spec.Arg0 = *p.Arg0
+		req.Arg0 = *p.Arg0
 	}
 	if p.Size != nil {
-		spec.Rows, spec.Cols = p.Size.Rows, p.Size.Cols
+		req.Rows, req.Cols = p.Size.Rows, p.Size.Cols
 	}
-	var policy *EnvPolicy
-	if p.EnvPolicy != nil {
-		policy = &EnvPolicy{
-			Inherit: p.EnvPolicy.Inherit, IgnoreDefaultExcludes: p.EnvPolicy.IgnoreDefaultExcludes,
-			Exclude: p.EnvPolicy.Exclude, Set: p.EnvPolicy.Set, IncludeOnly: p.EnvPolicy.IncludeOnly,
-		}
+	if e := p.EnvPolicy; e != nil {
+		req.EnvPolicy = &osproc.EnvPolicy{Inherit: e.Inherit, IgnoreDefaultExcludes: e.IgnoreDefaultExcludes, Exclude: e.Exclude, Set: e.Set, IncludeOnly: e.IncludeOnly}
 	}
-	spec.Env = BuildEnv(ServerEnv(), policy, p.Env)
-	if spec.Sandbox, serr = c.sup.SandboxFor(sb, dir, spec.Env); serr != nil {
-		c.reply(msg.ID, nil, serr)
-		return
-	}
-	ns, e := managedNetwork(&p, spec.Sandbox != nil, c.sup.cfg.NetworkDeny, c.sup.cfg.Isolation.Net != nil)
-	if e != nil {
-		c.reply(msg.ID, nil, e)
-		return
-	}
-	if ns != nil {
-		spec.Network = c.managedNetworkFor(p.ProcessID, ns, ns.Review)
-	}
-	spec.Limits = LimitsFrom(p.Limits)
-	sub := c.subscriber()
-	c.outbound()
-	ref, err := c.sup.SpawnCharged(p.ProcessID, spec, &sub, active)
+	req.Subscriber = c.subscriber()
+	res, err := c.sup.Start(context.Background(), sessionOwner{c}, req) // as before: a start is not cut short by the connection's end
 	if err != nil {
-		c.reply(msg.ID, nil, SpawnWireError(err))
+		c.reply(msg.ID, nil, startWireError(err))
 		return
 	}
-	c.session.Add(p.ProcessID, ref)
-	c.reply(msg.ID, wire.StartResult{ProcessID: p.ProcessID, SandboxType: SandboxType(spec.Sandbox)}, nil)
+	c.reply(msg.ID, wire.StartResult{ProcessID: p.ProcessID, SandboxType: res.SandboxType()}, nil)
 }
 
-// absPath accepts an absolute path or a file: URI.
-func absPath(p string) (string, error) {
-	if strings.HasPrefix(p, "file:") {
-		u, err := url.Parse(p)
-		if err != nil {
-			return "", fmt.Errorf("is not a valid file URI: %s", p)
-		}
-		if u.Host != "" && u.Host != "localhost" {
-			return "", fmt.Errorf("is a file URI with a foreign host %q: %s", u.Host, p)
-		}
-		p = u.Path
+// startWireError is the answer to a start Supervisor.Start refused.
+func startWireError(err error) *wire.Error {
+	if se, ok := err.(*StartError); ok { // what Start returns
+		return se.Wire()
 	}
-	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("must be absolute: %s", p)
+	return wire.AsError(err)
+}
+
+// sessionOwner is the Owner of process/start: the connection's session.
+type sessionOwner struct{ c *conn }
+
+func (o sessionOwner) Reserve(id string) (int, bool) {
+	if _, exists := o.c.session.Lookup(id); exists {
+		return 0, true
 	}
-	return filepath.Clean(p), nil
+	return o.c.session.Active(), false
+}
+
+func (o sessionOwner) Spawning() { o.c.outbound() }
+
+func (o sessionOwner) Started(id string, ref *ProcessRef) {
+	if ref != nil {
+		o.c.session.Add(id, ref)
+	}
 }
 
 // fs hands an fs/* request to the connection's fs worker. The worker runs

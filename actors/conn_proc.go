@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -250,7 +251,7 @@ func (c *conn) resize(msg wire.Message) {
 		return
 	}
 	if err := ref.Resize(c.ctx, p.Rows, p.Cols); err != nil {
-		if errors.Is(err, ErrNotPTY) {
+		if errors.Is(err, osproc.ErrNotPTY) {
 			c.reply(msg.ID, nil, wire.ErrNotPTY())
 		} else {
 			c.reply(msg.ID, nil, c.actorError(ref, err, p.ProcessID))

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 func alive(pid int) bool {
@@ -40,7 +41,7 @@ func TestContainmentModes(t *testing.T) {
 			sup := NewSupervisor(Config{
 				Proc: ProcConfig{RetainBytes: 1 << 20, RetainChunks: 1000, ClosedRetention: time.Minute,
 					DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
-				Isolation: Isolation{Contain: m},
+				Isolation: osproc.Isolation{Contain: m},
 				Logger:    zaptest.NewLogger(t),
 			})
 			stopAtCleanup(t, sup, func() { _ = m.Close() })
@@ -123,7 +124,7 @@ func TestEscapeeKeepsItsCgroup(t *testing.T) {
 	}
 	sup := NewSupervisor(Config{
 		Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 1000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
-		Isolation: Isolation{Contain: m},
+		Isolation: osproc.Isolation{Contain: m},
 		Logger:    zaptest.NewLogger(t),
 	})
 	stopAtCleanup(t, sup, func() { _ = m.Close() })

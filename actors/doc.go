@@ -6,8 +6,8 @@
 // # Usage
 //
 //	sup := actors.NewSupervisor(cfg)            // starts the registry, the budget actor and the reclaimer
-//	ref, err := sup.Spawn(id, spec, &sub)       // a child and its process actor (charged as a first start)
-//	ref, err = sup.SpawnCharged(id, spec, &sub, active) // charged for a session with `active` processes
+//	res, err := sup.Start(ctx, owner, req)      // admission: every check, then the child and its actor
+//	ref, err := sup.Spawn(id, spec, &sub)       // tests: a resolved Spec, no admission (charged as a first start)
 //	err = sup.ServeConn(ctx, transport, opts)   // a connection actor, until it ends (charged too)
 //	sup.Stop(); sup.Wait(ctx)                   // graceful stop (Kill: forced)
 //
@@ -55,6 +55,13 @@
 // connection that read a message of 8 MiB or more, it collects and returns
 // memory to the OS once a second until the heap is back where it was.
 //
+// Supervisor.Start (admission) runs on its caller's goroutine (a
+// connection's reader, a Local's caller) and calls the Owner's methods
+// there, so the owner's table needs no lock of its own unless several
+// goroutines start into it (Local guards its table with a mutex, never
+// held across the spawn); its only hand-offs are the budget actor's
+// charge and, for a sandboxed start, the spawning thread.
+//
 // Mailboxes are bounded channels of a closed message set (procMsg, regMsg).
 // Requests carry a reply channel of capacity 1, so an actor never blocks
 // replying. Every send selects on the caller's ctx and the actor's done
@@ -78,7 +85,7 @@
 //
 // A start with a managed network (Spec.Network, process/start's
 // networkProxy) gets its own netproxy proxies before the child starts
-// (managednet.go): Isolation.Net places their listeners (nil on every host
+// (managednet.go): Config.NetPlacer places their listeners (nil on every host
 // until the sandbox can keep a command inside the namespace they are
 // placed in: such starts are refused), the child's environment names
 // them, and the child's waiter closes them right after the exit, before
@@ -144,7 +151,17 @@
 // streams, which are then closed by force, so closed follows promptly even
 // when a descendant that left the group holds them. Every deadline of the
 // actor comes from ProcConfig.Clock (tests drive a fake one).
-// Spawn failures are *SpawnError values carrying the OS error.
+// Admission is Supervisor.Start (admission.go), the one place a process
+// is admitted: the exec-server's process/start, the app-server's
+// process/spawn and runtime.Local decode their request into a
+// StartRequest and call it. Its checks run in one documented order; the
+// first failure is a [*StartError] naming the step (Check) and field, and
+// [StartError.Wire] is the one mapping to a JSON-RPC error. Nothing is
+// started or charged for a refused start, and the owner's id is free
+// again.
+// Spawn failures are *osproc.SpawnError values carrying the OS error
+// (the OS half, fork/exec, pipes, PTY, pidfd and env, is package osproc;
+// this package holds actors only).
 //
 // Descriptors are released when they stop being needed, never by the
 // garbage collector: the child's os.Process handle (a pidfd since Go 1.23)

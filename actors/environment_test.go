@@ -194,7 +194,10 @@ func TestManagedNetworkError(t *testing.T) {
 			"invalid field `networkProxy.proxy.transparentTcp`: not supported by this executor (capability networkProxyTransparentTcp is false)"},
 	}
 	for i, c := range cases {
-		e := managedNetworkError(&c.p, c.sandboxed, []string{"**.floor.test"})
+		n, e := networkRequest(&c.p)
+		if e == nil {
+			_, _, e = managedNetwork(n, c.sandboxed, []string{"**.floor.test"}, false)
+		}
 		switch {
 		case c.want == "" && e != nil:
 			t.Errorf("case %d: unexpected %v", i, e)

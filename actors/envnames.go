@@ -30,7 +30,7 @@ func ValidEnvName(name string) bool {
 	return name != "" && !strings.ContainsAny(name, "=\x00")
 }
 
-// CheckEnvNames is checkEnvNames for package runtime's Local.
+// CheckEnvNames is checkEnvNames, for the fuzz tests (proptest).
 func CheckEnvNames(field string, env map[string]string) *wire.Error { return checkEnvNames(field, env) }
 
 // checkEnvInherit refuses an envPolicy.inherit other than all, core or none
@@ -43,6 +43,3 @@ func checkEnvInherit(inherit string) *wire.Error {
 	}
 	return wire.ErrUnknownVariant("envPolicy.inherit", inherit, "all", "core", "none")
 }
-
-// CheckEnvInherit is checkEnvInherit for package runtime's Local.
-func CheckEnvInherit(inherit string) *wire.Error { return checkEnvInherit(inherit) }

@@ -12,36 +12,6 @@ import (
 // (ARCHITECTURE.md, "The process actor's state machine"), independently of
 // process_fsm.go. Its time is the fake clock's.
 
-// fsmSession is a Session that records what the actor asks of the OS.
-type fsmSession struct {
-	streams      []Stream
-	limitName    string // reported for a nonzero exit code
-	signals      []syscall.Signal
-	closeOutputs int
-}
-
-func (s *fsmSession) Pid() int                    { return 0 }
-func (s *fsmSession) Streams() []Stream           { return s.streams }
-func (s *fsmSession) Output(int) Reader           { return nil }
-func (s *fsmSession) Wait() int                   { return 0 }
-func (s *fsmSession) HasStdin() bool              { return false }
-func (s *fsmSession) Write([]byte) error          { return nil }
-func (s *fsmSession) CloseStdin() error           { return nil }
-func (s *fsmSession) Resize(uint16, uint16) error { return nil }
-func (s *fsmSession) CloseOutputs()               { s.closeOutputs++ }
-func (s *fsmSession) Release()                    {}
-func (s *fsmSession) ReleaseIfEmpty()             {}
-func (s *fsmSession) Signal(sig syscall.Signal) error {
-	s.signals = append(s.signals, sig)
-	return nil
-}
-func (s *fsmSession) Limit(code int) string {
-	if code == 0 {
-		return ""
-	}
-	return s.limitName
-}
-
 type transRec struct {
 	from, to phase
 	why      reason

@@ -2,79 +2,29 @@ package actors
 
 import (
 	"context"
-	"os"
 	"slices"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
+	"github.com/runtimed/runtimed/actors/osproc"
+	"github.com/runtimed/runtimed/actors/osproc/osproctest"
 )
-
-// clockSession is a Session whose output is a real pipe (so a held write
-// end plays a descendant that keeps the output open) and whose exit the
-// test decides; it records signals and forced closes.
-type clockSession struct {
-	r, w   *os.File
-	exitCh chan int
-
-	mu      sync.Mutex
-	signals []syscall.Signal
-	forced  int
-}
-
-func newClockSession(t *testing.T) *clockSession {
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &clockSession{r: r, w: w, exitCh: make(chan int, 1)}
-	t.Cleanup(func() { r.Close(); w.Close() })
-	return s
-}
-
-func (s *clockSession) Pid() int                    { return 0 }
-func (s *clockSession) Streams() []Stream           { return []Stream{Stdout} }
-func (s *clockSession) Output(int) Reader           { return s.r }
-func (s *clockSession) Wait() int                   { return <-s.exitCh }
-func (s *clockSession) HasStdin() bool              { return false }
-func (s *clockSession) Write([]byte) error          { return nil }
-func (s *clockSession) CloseStdin() error           { return nil }
-func (s *clockSession) Resize(uint16, uint16) error { return ErrNotPTY }
-func (s *clockSession) Limit(int) string            { return "" }
-func (s *clockSession) Release()                    {}
-func (s *clockSession) ReleaseIfEmpty()             {}
-func (s *clockSession) CloseOutputs() {
-	s.mu.Lock()
-	s.forced++
-	s.mu.Unlock()
-	s.r.Close()
-}
-func (s *clockSession) Signal(sig syscall.Signal) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.signals = append(s.signals, sig)
-	return nil
-}
-
-func (s *clockSession) seen() ([]syscall.Signal, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.signals), s.forced
-}
 
 // clockRun is one process actor running its real loop on a fake clock.
 type clockRun struct {
 	t    *testing.T
-	clk  *fakeClock
-	sess *clockSession
+	clk  *clocktest.Clock
+	sess *osproctest.Session
 	ref  *ProcessRef
 	rec  *recorder
 }
 
 func startClockRun(t *testing.T, timeout time.Duration) *clockRun {
-	c := &clockRun{t: t, clk: newFakeClock(), sess: newClockSession(t), rec: newRecorder(16)}
+	c := &clockRun{t: t, clk: clocktest.New(), sess: osproctest.New(osproctest.Options{Streams: []osproc.Stream{osproc.Stdout}}), rec: newRecorder(16)}
 	sup := NewSupervisor(Config{
 		Proc: ProcConfig{RetainBytes: 1 << 20, RetainChunks: 1000, ClosedRetention: time.Minute,
 			DrainAfterTerminate: 100 * time.Millisecond, ShutdownGrace: time.Second, Clock: c.clk},
@@ -83,17 +33,14 @@ func startClockRun(t *testing.T, timeout time.Duration) *clockRun {
 	})
 	t.Cleanup(func() {
 		sup.Kill()
-		select {
-		case c.sess.exitCh <- 137:
-		default:
-		}
+		c.sess.TryExit(137)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := sup.Wait(ctx); err != nil {
 			t.Errorf("supervisor did not stop: %v", err)
 		}
 	})
-	c.ref = sup.spawn("p", []string{"fake"}, false, c.sess, c.rec.sub(), timeout, nil, nil)
+	c.ref = sup.spawn("p", []string{"fake"}, false, c.sess, c.rec.sub(), keep{timeout: timeout}, nil)
 	return c
 }
 
@@ -138,7 +85,7 @@ func (c *clockRun) info() ProcessInfo {
 
 func (c *clockRun) wantSignals(what string, want ...syscall.Signal) {
 	c.t.Helper()
-	if got, _ := c.sess.seen(); !slices.Equal(got, want) {
+	if got := c.sess.Signals(); !slices.Equal(got, want) {
 		c.t.Fatalf("%s: signals %v, want %v", what, got, want)
 	}
 }
@@ -160,9 +107,9 @@ func TestRunLoopKillPathOnTheClock(t *testing.T) {
 	c.advance(time.Millisecond)
 	c.wantSignals("at the grace's end", syscall.SIGTERM, syscall.SIGKILL)
 
-	// The child dies; the pipe's write end stays open (an escaped
+	// The child dies; its stream is not ended (an escaped
 	// descendant), so the exit is held for exitHold.
-	c.sess.exitCh <- 137
+	c.sess.Exit(137)
 	c.waitArmed(c.clk.Now().Add(exitHold)) // the actor holds the exit
 	if info := c.info(); info.State != StateRunning {
 		t.Fatalf("state %v during the exit hold", info.State)
@@ -177,15 +124,15 @@ func TestRunLoopKillPathOnTheClock(t *testing.T) {
 	if ev := next(t, c.rec); ev.Kind != EventExited || ev.Seq != 1 {
 		t.Fatalf("first event %+v", ev)
 	}
-	if _, forced := c.sess.seen(); forced != 0 {
+	if forced := c.sess.ForcedCloses(); forced != 0 {
 		t.Fatal("outputs closed before the drain's end")
 	}
 	c.advance(100*time.Millisecond - time.Millisecond)
-	if _, forced := c.sess.seen(); forced != 0 {
+	if forced := c.sess.ForcedCloses(); forced != 0 {
 		t.Fatal("outputs closed before the drain's end")
 	}
 	c.advance(time.Millisecond)
-	if _, forced := c.sess.seen(); forced == 0 {
+	if forced := c.sess.ForcedCloses(); forced == 0 {
 		t.Fatal("outputs not closed at the drain's end")
 	}
 	if ev := next(t, c.rec); ev.Kind != EventClosed || ev.Seq != 2 {
@@ -217,8 +164,8 @@ func TestRunLoopTimeoutOnTheClock(t *testing.T) {
 	c.wantSignals("before the timeout")
 	c.advance(time.Millisecond)
 	c.wantSignals("at the timeout", syscall.SIGKILL)
-	c.sess.w.Close()
-	c.sess.exitCh <- 137
+	c.sess.End(0)
+	c.sess.Exit(137)
 	evs := c.rec.untilClosed(t, 10*time.Second)
 	if len(evs) != 2 || evs[0].Kind != EventExited || evs[0].ExitCode != TimeoutExitCode {
 		t.Fatalf("events %+v; want exited(%d), closed", evs, TimeoutExitCode)

@@ -10,6 +10,9 @@ import (
 
 	"go.uber.org/zap"
 	"pgregory.net/rapid"
+
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
+	"github.com/runtimed/runtimed/actors/osproc/osproctest"
 )
 
 // The process actor's state machine against a small model. The harness
@@ -24,8 +27,8 @@ import (
 // fsmHarness drives one actor and its model.
 type fsmHarness struct {
 	t        *rapid.T
-	clk      *fakeClock
-	sess     *fsmSession
+	clk      *clocktest.Clock
+	sess     *osproctest.Session
 	p        *process
 	m        *fsmModel
 	observed []transRec
@@ -51,12 +54,10 @@ func newFSMHarness(t *rapid.T) *fsmHarness {
 	}
 	tty := rapid.Bool().Draw(t, "tty")
 	timeout := rapid.SampledFrom([]time.Duration{0, 30 * time.Millisecond, time.Second}).Draw(t, "timeout")
-	h := &fsmHarness{t: t, clk: newFakeClock()}
+	h := &fsmHarness{t: t, clk: clocktest.New()}
 	cfg.Clock = h.clk
-	h.sess = &fsmSession{streams: []Stream{Stdout, Stderr}, limitName: rapid.SampledFrom([]string{"", "memory"}).Draw(t, "limit")}
-	if tty {
-		h.sess.streams = []Stream{PTY}
-	}
+	limit := rapid.SampledFrom([]string{"", "memory"}).Draw(t, "limit")
+	h.sess = osproctest.New(osproctest.Options{TTY: tty, Limit: limit})
 	h.sub = &fsmSub{done: make(chan struct{})}
 	h.p, _ = newProcess("p", []string{"fake"}, tty, h.sess, cfg, zap.NewNop(), &Subscriber{Out: make(chan Event), Done: h.sub.done})
 	h.p.observe = func(from, to phase, why reason, ok bool) {
@@ -66,8 +67,8 @@ func newFSMHarness(t *rapid.T) *fsmHarness {
 			h.refused = append(h.refused, transRec{from, to, why})
 		}
 	}
-	h.m = &fsmModel{cfg: cfg, tty: tty, limit: h.sess.limitName, now: h.clk.Now, nextSeq: 1,
-		streamOpen: make([]bool, len(h.sess.streams)), subAttached: true, subCursor: 1}
+	h.m = &fsmModel{cfg: cfg, tty: tty, limit: limit, now: h.clk.Now, nextSeq: 1,
+		streamOpen: make([]bool, len(h.sess.Streams())), subAttached: true, subCursor: 1}
 	for i := range h.m.streamOpen {
 		h.m.streamOpen[i] = true
 	}
@@ -123,11 +124,11 @@ func (h *fsmHarness) check(what string) {
 	if p.phase != m.phase {
 		t.Fatalf("after %s: phase %v, model %v", what, p.phase, m.phase)
 	}
-	if !slices.Equal(h.sess.signals, m.signals) {
-		t.Fatalf("after %s: signals %v, model %v", what, h.sess.signals, m.signals)
+	if got := h.sess.Signals(); !slices.Equal(got, m.signals) {
+		t.Fatalf("after %s: signals %v, model %v", what, got, m.signals)
 	}
-	if h.sess.closeOutputs != m.closeOutputs {
-		t.Fatalf("after %s: outputs closed %d times, model %d", what, h.sess.closeOutputs, m.closeOutputs)
+	if got := h.sess.ForcedCloses(); got != m.closeOutputs {
+		t.Fatalf("after %s: outputs closed %d times, model %d", what, got, m.closeOutputs)
 	}
 	if p.nextSeq != m.nextSeq || (m.phase >= phaseExited && (p.exitSeq != m.exitSeq || p.exitCode != m.exitCode)) {
 		t.Fatalf("after %s: nextSeq %d exit seq %d code %d, model %d %d %d", what, p.nextSeq, p.exitSeq, p.exitCode, m.nextSeq, m.exitSeq, m.exitCode)
@@ -192,7 +193,7 @@ func (h *fsmHarness) output(t *rapid.T) {
 	h.skipIfGone(t)
 	var open []int
 	for i, o := range h.m.streamOpen {
-		if o && h.sess.closeOutputs == 0 {
+		if o && h.sess.ForcedCloses() == 0 {
 			open = append(open, i)
 		}
 	}
@@ -201,7 +202,7 @@ func (h *fsmHarness) output(t *rapid.T) {
 	}
 	i := rapid.SampledFrom(open).Draw(t, "stream")
 	h.step("output", func() {
-		h.p.handleFact(outputReadMsg{stream: h.sess.streams[i], data: []byte{'x'}})
+		h.p.handleFact(outputReadMsg{stream: h.sess.Streams()[i], data: []byte{'x'}})
 	}, func() { h.m.emit(EventOutput) })
 }
 
@@ -220,11 +221,11 @@ func (h *fsmHarness) endStream(t *rapid.T) {
 	}
 	i := rapid.SampledFrom(open).Draw(t, "stream")
 	err := error(nil)
-	if h.sess.closeOutputs > 0 {
+	if h.sess.ForcedCloses() > 0 {
 		err = os.ErrClosed
 	}
 	h.step("stream end", func() {
-		h.p.handleFact(streamEndedMsg{stream: h.sess.streams[i], err: err})
+		h.p.handleFact(streamEndedMsg{stream: h.sess.Streams()[i], err: err})
 	}, func() { h.m.endStream(i) })
 }
 

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/runtimed/runtimed/actors/osproc"
+	"github.com/runtimed/runtimed/actors/osproc/osproctest"
 )
 
 func newRetentionSupervisor(t *testing.T, retention time.Duration) *Supervisor {
@@ -94,7 +97,7 @@ func TestZeroRetentionDroppedSubscriber(t *testing.T) {
 // many small chunks loses none (the chunk bound, beside the byte bound).
 func TestSlowSubscriberChunkBound(t *testing.T) {
 	const maxChunks = 8
-	sess := &fakeSession{}
+	sess := oneStream()
 	p, _ := newProcess("p", []string{"fake"}, false, sess, ProcConfig{RetainBytes: 1 << 20, RetainChunks: maxChunks}, zaptest.NewLogger(t), &Subscriber{Out: make(chan Event), Done: make(chan struct{})})
 	taken := 0
 	for i := 0; i < 4*maxChunks && p.canConsume(); i++ {
@@ -119,26 +122,14 @@ func TestSlowSubscriberChunkBound(t *testing.T) {
 	}
 }
 
-// fakeSession is a Session with one stream and no OS process, for tests
-// that drive the actor's handlers directly.
-type fakeSession struct{}
-
-func (fakeSession) Limit(int) string               { return "" }
-func (fakeSession) Release()                       {}
-func (fakeSession) ReleaseIfEmpty()                {}
-func (fakeSession) Pid() int                       { return 0 }
-func (fakeSession) Streams() []Stream              { return []Stream{Stdout} }
-func (fakeSession) Output(int) Reader              { return nil }
-func (fakeSession) Wait() int                      { return 0 }
-func (fakeSession) HasStdin() bool                 { return false }
-func (fakeSession) Write([]byte) error             { return nil }
-func (fakeSession) CloseStdin() error              { return nil }
-func (fakeSession) Signal(syscall.Signal) error    { return nil }
-func (fakeSession) Resize(rows, cols uint16) error { return ErrNotPTY }
-func (fakeSession) CloseOutputs()                  {}
-
 // PROTOCOL.md §4: a death by signal N reports 128+N, also when the kernel
 // dumped core (waitid's CLD_DUMPED, not only CLD_KILLED).
+// oneStream is a fake session with stdout only, for tests that drive the
+// actor's handlers directly.
+func oneStream() *osproctest.Session {
+	return osproctest.New(osproctest.Options{Streams: []osproc.Stream{osproc.Stdout}})
+}
+
 func TestCoreDumpSignalExitCodes(t *testing.T) {
 	sup := newTestSupervisor(t, 1<<20, 50_000)
 	for _, sig := range []syscall.Signal{syscall.SIGQUIT, syscall.SIGABRT, syscall.SIGSEGV} {

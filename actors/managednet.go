@@ -12,6 +12,7 @@ import (
 
 	"github.com/runtimed/runtimed/actors/netns"
 	"github.com/runtimed/runtimed/actors/netproxy"
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // A managed network (PROTOCOL.md section 7.5) is one command's HTTP and
@@ -38,7 +39,7 @@ type NetListeners struct {
 // new, empty network namespace (NetListeners.NS). The command must then
 // be started inside that namespace and kept from leaving it, which is the
 // sandbox's part: until the sandbox joins its helper to NS (and denies
-// setns), no host sets Isolation.Net, and managed networks are refused.
+// setns), no host sets Config.NetPlacer, and managed networks are refused.
 func NamespacePlacer(socks bool) (*NetListeners, error) {
 	ns, err := netns.New()
 	if err != nil {
@@ -63,7 +64,7 @@ func NamespacePlacer(socks bool) (*NetListeners, error) {
 
 // NetPlacer opens one command's proxy listeners where that command, and
 // no other way out, reaches them (its network namespace); socks asks for
-// a SOCKS5 listener too. Nil in Isolation: managed networks are refused.
+// a SOCKS5 listener too. Nil in Config: managed networks are refused.
 type NetPlacer func(socks bool) (*NetListeners, error)
 
 // ManagedNetwork is a start's managed network (Spec.Network).
@@ -117,15 +118,14 @@ func (s *Supervisor) goTracked(f func()) bool {
 
 // startNetworked starts spec's child, with its managed network first when
 // it has one.
-func (s *Supervisor) startNetworked(spec Spec) (Session, error) {
-	mn := spec.Network
+func (s *Supervisor) startNetworked(spec Spec, mn *ManagedNetwork) (osproc.Session, error) {
 	if mn == nil {
 		return s.startOS(spec)
 	}
-	if s.cfg.Isolation.Net == nil {
+	if s.cfg.NetPlacer == nil {
 		return nil, ErrNoManagedNetwork
 	}
-	ls, err := s.cfg.Isolation.Net(mn.Spec.SOCKS5)
+	ls, err := s.cfg.NetPlacer(mn.Spec.SOCKS5)
 	if err != nil {
 		return nil, &NetworkProxyError{err}
 	}
@@ -288,7 +288,7 @@ func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun
 
 // netSession closes the command's proxies once the child has exited.
 type netSession struct {
-	Session
+	osproc.Session
 	n *netRun
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // BenchmarkSpawnManagedNetwork: /bin/true from spawn to closed, without
@@ -35,19 +37,19 @@ func BenchmarkSpawnManagedNetwork(b *testing.B) {
 			sup := NewSupervisor(Config{
 				Proc:      ProcConfig{RetainBytes: 1 << 20, RetainChunks: 50_000, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
 				DetachTTL: time.Second,
-				Isolation: Isolation{Net: c.place},
+				NetPlacer: c.place,
 				Logger:    zap.NewNop(),
 			})
 			defer func() { sup.Kill(); _ = sup.Wait(context.Background()) }()
-			env := BuildEnv(ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
+			env := osproc.BuildEnv(osproc.ServerEnv(), nil, map[string]string{"PATH": "/usr/bin:/bin"})
 			i := 0
 			for b.Loop() {
 				i++
-				s := Spec{Argv: []string{"/bin/true"}, Dir: "/", Env: env}
+				var k keep
 				if c.place != nil {
-					s.Network = &ManagedNetwork{Spec: spec, ProcessID: "p"}
+					k.network = &ManagedNetwork{Spec: spec, ProcessID: "p"}
 				}
-				ref, err := sup.Spawn(fmt.Sprintf("p%d", i), s, nil)
+				ref, _, err := sup.spawnCharged(context.Background(), fmt.Sprintf("p%d", i), Spec{Argv: []string{"/bin/true"}, Dir: "/", Env: env}, k, nil, nil, 0)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -54,7 +54,7 @@ func netSupervisor(t *testing.T, place NetPlacer) *Supervisor {
 	sup := NewSupervisor(Config{
 		Proc:        ProcConfig{RetainBytes: 1 << 20, RetainChunks: 100, ClosedRetention: time.Minute, DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
 		DetachTTL:   time.Second,
-		Isolation:   Isolation{Net: place},
+		NetPlacer:   place,
 		NetworkDeny: []string{"**.floor.test"},
 		netResolver: exampleResolver{},
 	})

@@ -43,6 +43,11 @@ func ParseNetworkSpec(raw json.RawMessage, timeoutMs *uint64, floor []string) (*
 	if werr != nil || np == nil {
 		return nil, werr
 	}
+	return NetworkSpecFrom(np, timeoutMs, floor)
+}
+
+// NetworkSpecFrom compiles a parsed networkProxy (see ParseNetworkSpec).
+func NetworkSpecFrom(np *wire.NetworkProxy, timeoutMs *uint64, floor []string) (*NetworkSpec, *wire.Error) {
 	if np.TransparentTCP {
 		return nil, wire.Errorf(wire.CodeInvalidParams, "invalid field `networkProxy.proxy.transparentTcp`: not supported by this executor (capability networkProxyTransparentTcp is false)")
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // Mailbox and queue capacities of the process actor (see doc.go, Backpressure).
@@ -24,7 +26,7 @@ const (
 	// It is also the most retention can fall short of its byte bound:
 	// chunks are evicted whole, so the newest retainBytes less at most
 	// 64 KiB stay (larger coalesced chunks lost up to 256 KiB).
-	maxReadChunk = 64 << 10
+	maxReadChunk = osproc.MaxChunk
 	// writeIDMemory is how many writeIds per process are remembered for dedupe.
 	writeIDMemory = 4096
 	// exitHold is how long a reported exit waits for the output streams to
@@ -404,7 +406,7 @@ type process struct {
 	argv  []string
 	tty   bool
 	pid   int
-	sess  Session
+	sess  osproc.Session
 	cfg   ProcConfig
 	clock Clock
 	log   *zap.Logger
@@ -469,7 +471,7 @@ type process struct {
 
 // newProcess builds the actor around a started session (phase starting).
 // The supervisor then starts its helpers (startHelpers) and run.
-func newProcess(id string, argv []string, tty bool, sess Session, cfg ProcConfig, log *zap.Logger, sub *Subscriber) (*process, *ProcessRef) {
+func newProcess(id string, argv []string, tty bool, sess osproc.Session, cfg ProcConfig, log *zap.Logger, sub *Subscriber) (*process, *ProcessRef) {
 	clock := cfg.Clock
 	if clock == nil {
 		clock = RealClock{}

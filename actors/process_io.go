@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // The process actor's helper goroutines: one reader per output stream, the
@@ -56,8 +58,8 @@ func (p *process) startHelpers(wg interface{ Go(func()) }) {
 	}
 }
 
-func (p *process) readLoop(st Stream, r Reader) {
-	cr, ok := r.(ChunkReader)
+func (p *process) readLoop(st Stream, r osproc.Reader) {
+	cr, ok := r.(osproc.ChunkReader)
 	if !ok {
 		cr = &bufferedChunks{r: r, buf: make([]byte, p.readSize)}
 	}
@@ -82,7 +84,7 @@ func (p *process) readLoop(st Stream, r Reader) {
 
 // bufferedChunks adapts a plain Reader (test fakes) to ChunkReader.
 type bufferedChunks struct {
-	r   Reader
+	r   osproc.Reader
 	buf []byte
 }
 

@@ -3,6 +3,8 @@ package actors
 import (
 	"syscall"
 	"time"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // Requests into the process actor: the closed message set its mailbox
@@ -91,7 +93,7 @@ func (p *process) handle(m procMsg) {
 	case resizeMsg:
 		switch {
 		case !p.tty:
-			m.reply <- ErrNotPTY
+			m.reply <- osproc.ErrNotPTY
 		case p.closed():
 			m.reply <- nil
 		default:

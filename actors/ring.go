@@ -1,28 +1,20 @@
 package actors
 
-import "sort"
+import (
+	"sort"
 
-// Stream names an output stream of a process.
-type Stream uint8
-
-const (
-	Stdout Stream = iota + 1
-	Stderr
-	PTY
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
-// String returns the wire name of the stream.
-func (s Stream) String() string {
-	switch s {
-	case Stdout:
-		return "stdout"
-	case Stderr:
-		return "stderr"
-	case PTY:
-		return "pty"
-	}
-	return "unknown"
-}
+// Stream names an output stream of a process (the OS side's, osproc.Stream).
+type Stream = osproc.Stream
+
+// The output streams.
+const (
+	Stdout = osproc.Stdout
+	Stderr = osproc.Stderr
+	PTY    = osproc.PTY
+)
 
 // OutputChunk is one piece of output with its sequence number. Data is
 // never modified after the chunk is created, so it may be shared.

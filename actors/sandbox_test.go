@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
@@ -24,7 +25,7 @@ var (
 
 // testIsolation probes this host once per test binary; a test that needs
 // what the kernel lacks skips with the reason.
-func testIsolation(t *testing.T) Isolation {
+func testIsolation(t *testing.T) osproc.Isolation {
 	t.Helper()
 	isoOnce.Do(func() {
 		h, err := sandbox.Probe(os.TempDir())
@@ -36,7 +37,7 @@ func testIsolation(t *testing.T) Isolation {
 	if isoHost == nil || !isoHost.Enforces() {
 		t.Skipf("this kernel cannot enforce a sandbox: %+v", isoHost)
 	}
-	return Isolation{Host: isoHost, Contain: isoMgr}
+	return osproc.Isolation{Host: isoHost, Contain: isoMgr}
 }
 
 func newIsoSupervisor(t *testing.T) *Supervisor {
@@ -59,7 +60,7 @@ func bothWays(t *testing.T, test func(t *testing.T, sup *Supervisor)) {
 	})
 }
 
-func newIsoSupervisorWith(t *testing.T, iso Isolation) *Supervisor {
+func newIsoSupervisorWith(t *testing.T, iso osproc.Isolation) *Supervisor {
 	t.Helper()
 	sup := NewSupervisor(Config{
 		Proc: ProcConfig{RetainBytes: 1 << 20, RetainChunks: 1000, ClosedRetention: time.Minute,

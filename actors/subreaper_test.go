@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // Attack tests of subreaper mode (forced, although this host has
@@ -48,7 +49,7 @@ func subreaperSupervisor(t *testing.T, ttl time.Duration) (*Supervisor, *contain
 		Proc: ProcConfig{RetainBytes: 1 << 20, RetainChunks: 1000, ClosedRetention: time.Minute,
 			DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: 200 * time.Millisecond},
 		DetachTTL: ttl,
-		Isolation: Isolation{Contain: m},
+		Isolation: osproc.Isolation{Contain: m},
 		Logger:    zaptest.NewLogger(t),
 	})
 	stopAtCleanup(t, sup, func() { _ = m.Close() })

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,6 +12,7 @@ import (
 	"github.com/runtimed/runtimed/actors/fsops"
 	"github.com/runtimed/runtimed/actors/hostenv"
 	"github.com/runtimed/runtimed/actors/netproxy"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -38,7 +38,7 @@ type Config struct {
 	// Isolation is the sandbox host and cgroup manager children are
 	// spawned with (zero value: sandboxes and limits are refused, trees
 	// are contained by process group only).
-	Isolation Isolation
+	Isolation osproc.Isolation
 	// DefaultSandbox (FloorReadOnly, FloorWorkspaceWrite or FloorNone) is
 	// applied to starts that carry no sandbox; RequireSandbox refuses them.
 	DefaultSandbox string
@@ -62,6 +62,9 @@ type Config struct {
 	// NetworkDeny is the operator's network floor: patterns no managed
 	// network policy can allow (checked by the caller: runtime validates it).
 	NetworkDeny []string
+	// NetPlacer places a command's managed-network proxies where only it
+	// reaches them (nil: managed networks are refused; see NetPlacer).
+	NetPlacer NetPlacer
 	// netResolver resolves names for managed-network proxies (nil: the
 	// system's); only this package's tests set it.
 	netResolver netproxy.Resolver
@@ -127,88 +130,72 @@ func NewSupervisor(cfg Config) *Supervisor {
 }
 
 // Spawn starts a child and its process actor, as a first start (see
-// SpawnCharged). sub, if not nil, receives live events from seq 1.
+// SpawnCharged), without admission: tests and benchmarks hand it a Spec
+// directly; requests go through Start. sub, if not nil, receives live
+// events from seq 1.
 func (s *Supervisor) Spawn(id string, spec Spec, sub *Subscriber) (*ProcessRef, error) {
 	return s.SpawnCharged(id, spec, sub, 0)
 }
 
-// SpawnCharged starts a child and its process actor after charging it to
-// the budgets (processes, open files, retained output); the charge returns
-// as the process closes and its actor ends. ownerActive is how many active
-// processes the starting session (or Local) already has: with fewer than
-// FirstStarts it may use the budgets' reserve. A refusal is a
+// SpawnCharged is Spawn for an owner with ownerActive active processes:
+// it charges the budgets (processes, open files, retained output) first;
+// the charge returns as the process closes and its actor ends. With fewer
+// than FirstStarts the owner may use the budgets' reserve. A refusal is a
 // *BudgetError; a spawn that fails for lack of descriptors anyway is one
 // too (the open-files limit of the process).
 func (s *Supervisor) SpawnCharged(id string, spec Spec, sub *Subscriber, ownerActive int) (*ProcessRef, error) {
-	return s.spawnCharged(id, spec, sub, nil, ownerActive)
+	ref, _, err := s.spawnCharged(context.Background(), id, spec, keep{}, sub, nil, ownerActive)
+	return ref, err
 }
 
-// SpawnListening is SpawnCharged with a lag-mode listener (see
-// Subscription) registered before the child can produce anything: Live
-// carries every event from seq 1, even if the process is forgotten before
-// anyone reads it (closed retention 0).
-func (s *Supervisor) SpawnListening(id string, spec Spec, capacity, ownerActive int) (*ProcessRef, <-chan Event, error) {
-	live := make(chan Event, max(capacity, 1))
-	ref, err := s.spawnCharged(id, spec, nil, live, ownerActive)
-	if err != nil {
-		return nil, nil, err
-	}
-	return ref, live, nil
-}
-
-func (s *Supervisor) spawnCharged(id string, spec Spec, sub *Subscriber, live chan Event, ownerActive int) (*ProcessRef, error) {
+// spawnCharged is steps 11 and 12 of Start: the charge, the spawn, the
+// actor. A failure names the step (CheckBudget: refused, or stopping;
+// CheckSpawn: the child did not start).
+func (s *Supervisor) spawnCharged(ctx context.Context, id string, spec Spec, k keep, sub *Subscriber, live chan Event, ownerActive int) (*ProcessRef, Check, error) {
 	if s.stopped() {
-		return nil, ErrStopped
+		return nil, CheckBudget, ErrStopped
 	}
 	c := s.processCharge()
-	berr, err := s.acquire(context.Background(), c, ownerActive < FirstStarts)
+	berr, err := s.acquire(ctx, c, ownerActive < FirstStarts)
 	if err != nil {
-		return nil, ErrStopped
+		if ctx.Err() != nil {
+			return nil, CheckBudget, ctx.Err()
+		}
+		return nil, CheckBudget, ErrStopped
 	}
 	if berr != nil {
-		return nil, berr
+		return nil, CheckBudget, berr
 	}
-	sess, err := s.startNetworked(spec)
+	sess, err := s.startNetworked(spec, k.network)
 	if err != nil {
 		s.release(c)
 		if fdExhausted(err) {
-			return nil, s.noDescriptors(err)
+			return nil, CheckSpawn, s.noDescriptors(err)
 		}
-		return nil, err
+		return nil, CheckSpawn, err
 	}
-	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, spec.Timeout, spec.Metadata, live)
+	ref := s.spawn(id, spec.Argv, spec.TTY, sess, sub, k, live)
 	if ref == nil {
 		s.release(c)
 		s.metrics.ProcessExited(EndTerminated)
-		discardSession(sess) // stopped while the child was being started
-		return nil, ErrStopped
+		osproc.Discard(sess) // stopped while the child was being started
+		return nil, CheckSpawn, ErrStopped
 	}
 	_ = send(context.Background(), s.budgets.mbox, budgetMsg(bindMsg{ref: ref, c: c}), s.budgets.done)
-	return ref, nil
+	return ref, 0, nil
 }
 
 // startOS starts the child and measures it: a started process is counted
 // (its actor reports the exit), a failed start too.
-func (s *Supervisor) startOS(spec Spec) (Session, error) {
+func (s *Supervisor) startOS(spec Spec) (osproc.Session, error) {
 	t0 := time.Now()
-	sess, err := startOS(spec, s.cfg.Isolation)
+	sess, err := osproc.Start(spec, s.cfg.Isolation)
 	if err != nil {
 		s.metrics.SpawnFailed()
 		return nil, err
 	}
 	s.metrics.ProcessStarted(time.Since(t0))
 	return sess, nil
-}
-
-// discardSession kills and reaps a started child that no actor will own.
-func discardSession(sess Session) {
-	_ = sess.Signal(syscall.SIGKILL)
-	sess.CloseOutputs()
-	if sess.HasStdin() {
-		_ = sess.CloseStdin()
-	}
-	sess.Wait()
-	sess.Release()
 }
 
 // noDescriptors is the refusal of a spawn the kernel refused for lack of
@@ -224,9 +211,9 @@ func (s *Supervisor) noDescriptors(err error) *BudgetError {
 
 // SpawnSession starts a process actor around an already started session
 // (tests pass a fake one). It returns nil once the supervisor has stopped.
-func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Session, sub *Subscriber) *ProcessRef {
+func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess osproc.Session, sub *Subscriber) *ProcessRef {
 	s.metrics.ProcessStarted(0)
-	ref := s.spawn(id, argv, tty, sess, sub, 0, nil, nil)
+	ref := s.spawn(id, argv, tty, sess, sub, keep{}, nil)
 	if ref == nil {
 		s.metrics.ProcessExited(EndTerminated)
 	}
@@ -234,15 +221,15 @@ func (s *Supervisor) SpawnSession(id string, argv []string, tty bool, sess Sessi
 }
 
 // spawn starts the actor around sess; nil when the supervisor has stopped.
-func (s *Supervisor) spawn(id string, argv []string, tty bool, sess Session, sub *Subscriber, timeout time.Duration, meta *Metadata, listener chan Event) *ProcessRef {
+func (s *Supervisor) spawn(id string, argv []string, tty bool, sess osproc.Session, sub *Subscriber, k keep, listener chan Event) *ProcessRef {
 	log := s.log.Named("proc").WithLazy(zap.String("process_id", id), zap.Int("pid", sess.Pid())) // fields encoded only if it logs
 	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
-	ref.meta = meta // immutable from here: set before any goroutine sees ref
+	ref.meta = k.metadata // immutable from here: set before any goroutine sees ref
 	if listener != nil {
 		p.listeners = append(p.listeners, listener) // before run starts: its goroutine owns it from then on
 	}
-	if timeout > 0 {
-		p.timeoutAt = p.clock.Now().Add(timeout)
+	if k.timeout > 0 {
+		p.timeoutAt = p.clock.Now().Add(k.timeout)
 	}
 	s.startMu.Lock()
 	if s.stopped() {
@@ -297,8 +284,3 @@ func (s *Supervisor) Wait(ctx context.Context) error {
 
 // ErrShuttingDown is returned for work refused because the supervisor is stopping.
 var ErrShuttingDown = errors.New("actors: shutting down")
-
-// AllowCwd checks a process's cwd (as the request gave it) against the fs
-// roots (--fs-root): nil when there are none or it is inside one, else the
-// fs methods' error naming the path.
-func (s *Supervisor) AllowCwd(cwd string) *wire.Error { return s.cfg.FsRoots.Allow(cwd) }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
 )
 
 // evictions counts what retention evicted (the reported loss).
@@ -22,16 +24,16 @@ func (e *evictions) Evicted(chunks, _ int) { e.chunks += chunks }
 type unreadHarness struct {
 	t   *testing.T
 	p   *process
-	clk *fakeClock
+	clk *clocktest.Clock
 	ev  *evictions
 }
 
 const unreadChunk = 1000 // bytes per output fact
 
 func newUnreadHarness(t *testing.T, retainBytes, retainChunks int) *unreadHarness {
-	clk := newFakeClock()
+	clk := clocktest.New()
 	cfg := ProcConfig{RetainBytes: retainBytes, RetainChunks: retainChunks, Clock: clk, resumeHold: time.Minute}
-	p, _ := newProcess("p", []string{"fake"}, false, fakeSession{}, cfg, zaptest.NewLogger(t), &Subscriber{Out: make(chan Event), Done: make(chan struct{})})
+	p, _ := newProcess("p", []string{"fake"}, false, oneStream(), cfg, zaptest.NewLogger(t), &Subscriber{Out: make(chan Event), Done: make(chan struct{})})
 	ev := &evictions{}
 	p.cfg.metrics = ev
 	p.readSize = unreadChunk // the fake's reads are this size
@@ -258,8 +260,8 @@ func TestAckModeKeepsHandedOutput(t *testing.T) {
 // A process that never had a connection (Local's lag-mode listeners) reads
 // at full speed, evicting old output, as before.
 func TestUnreadRuleSparesProcessesWithoutConnection(t *testing.T) {
-	cfg := ProcConfig{RetainBytes: 10 * unreadChunk, RetainChunks: 1000, Clock: newFakeClock(), resumeHold: time.Minute}
-	p, _ := newProcess("p", []string{"fake"}, false, fakeSession{}, cfg, zaptest.NewLogger(t), nil)
+	cfg := ProcConfig{RetainBytes: 10 * unreadChunk, RetainChunks: 1000, Clock: clocktest.New(), resumeHold: time.Minute}
+	p, _ := newProcess("p", []string{"fake"}, false, oneStream(), cfg, zaptest.NewLogger(t), nil)
 	p.readSize = unreadChunk
 	for i := range 100 {
 		if !p.canConsume() {

@@ -21,8 +21,9 @@
 // case.
 //
 // Files: imports_test.go (package layering), ring_test.go (retention),
-// process_test.go (the process actor against a model, with a fake
-// Session, on the stepped clock of clock_test.go), failure_test.go
+// process_test.go (the process actor against a model, with the fake
+// Session of actors/osproc/osproctest, on the fake clock of
+// actors/clock/clocktest), failure_test.go
 // (transport failure, resume, writeId retry), real_test.go (real children
 // over a real websocket), fuzz_test.go and fuzz.sh (wire decoding),
 // client_test.go (the test client and history checker shared by the last
@@ -38,8 +39,8 @@
 // channels the test owns. No wait is unbounded: a stuck actor fails the
 // check with a message instead of hanging the suite.
 //
-// The process actor model runs its actor on a stepped clock
-// (clock_test.go, an actors.Clock): where the actor must reach a deadline
+// The process actor model runs its actor on the fake clock
+// (clocktest.Clock, moved by AdvanceWithin): where the actor must reach a deadline
 // to absorb a step (an exit held while streams are open, the drain after
 // a kill), the harness moves the clock to it instead of sleeping; longer
 // deadlines (a terminate's grace, long polls, the closed retention) never

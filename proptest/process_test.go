@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"slices"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +13,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
+	"github.com/runtimed/runtimed/actors/osproc/osproctest"
 )
 
 // stepWait bounds every wait for the actor to absorb a step.
@@ -25,101 +24,10 @@ const stepWait = 5 * time.Second
 // immediate, and the forced drain after it is moved past on the clock.
 const killWait = 2 * time.Second
 
-// fakeStream is one output stream of the fake session. The test hands it
-// pieces on an unbuffered channel, so a completed send means the reader
-// goroutine has taken the piece; closing end is EOF; the session's forced
-// channel (CloseOutputs) ends it with os.ErrClosed.
-type fakeStream struct {
-	ch      chan []byte
-	end     chan struct{}
-	endOnce sync.Once
-	forced  <-chan struct{}
-	rem     []byte // owned by the reader goroutine
-}
-
-func (s *fakeStream) Read(p []byte) (int, error) {
-	if len(s.rem) == 0 {
-		select {
-		case b := <-s.ch:
-			s.rem = b
-		case <-s.end:
-			return 0, io.EOF
-		case <-s.forced:
-			return 0, os.ErrClosed
-		}
-	}
-	n := copy(p, s.rem)
-	s.rem = s.rem[n:]
-	return n, nil
-}
-
-func (s *fakeStream) close() { s.endOnce.Do(func() { close(s.end) }) }
-
-// fakeSession is an actors.Session driven by the test: output pieces and
-// stream ends on channels, the exit code when the test decides; it records
-// stdin writes, stdin closes and signals. Pid is 0.
-type fakeSession struct {
-	tty        bool
-	streams    []actors.Stream
-	outs       []*fakeStream
-	exitCh     chan int
-	forced     chan struct{}
-	forcedOnce sync.Once
-
-	mu          sync.Mutex
-	writes      [][]byte
-	stdinCloses int
-	signals     []syscall.Signal
-}
-
-func newFakeSession(tty bool) *fakeSession {
-	f := &fakeSession{tty: tty, exitCh: make(chan int, 1), forced: make(chan struct{})}
-	f.streams = []actors.Stream{actors.Stdout, actors.Stderr}
-	if tty {
-		f.streams = []actors.Stream{actors.PTY}
-	}
-	for range f.streams {
-		f.outs = append(f.outs, &fakeStream{ch: make(chan []byte), end: make(chan struct{}), forced: f.forced})
-	}
-	return f
-}
-
-func (f *fakeSession) Pid() int                       { return 0 }
-func (f *fakeSession) Streams() []actors.Stream       { return f.streams }
-func (f *fakeSession) Output(i int) actors.Reader     { return f.outs[i] }
-func (f *fakeSession) Wait() int                      { return <-f.exitCh }
-func (f *fakeSession) HasStdin() bool                 { return true }
-func (f *fakeSession) Resize(rows, cols uint16) error { return nil }
-func (f *fakeSession) CloseOutputs()                  { f.forcedOnce.Do(func() { close(f.forced) }) }
-func (f *fakeSession) Limit(int) string               { return "" }
-func (f *fakeSession) Release()                       {}
-func (f *fakeSession) ReleaseIfEmpty()                {}
-
-func (f *fakeSession) Write(p []byte) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.writes = append(f.writes, bytes.Clone(p))
-	return nil
-}
-
-func (f *fakeSession) CloseStdin() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.stdinCloses++
-	return nil
-}
-
-func (f *fakeSession) Signal(sig syscall.Signal) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.signals = append(f.signals, sig)
-	return nil
-}
-
-func (f *fakeSession) recorded() (writes [][]byte, closes int, signals []syscall.Signal) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.writes), f.stdinCloses, slices.Clone(f.signals)
+// newFakeSession is the fake session the model drives: the stdin it
+// records is always there; a TTY has one stream, the PTY.
+func newFakeSession(tty bool) *osproctest.Session {
+	return osproctest.New(osproctest.Options{TTY: tty, Stdin: true})
 }
 
 // subRec is one subscriber the test attached, and what it was given.
@@ -330,9 +238,10 @@ func sameEvent(got, want actors.Event) bool {
 // clock the harness moves.
 type procHarness struct {
 	t       *rapid.T
-	clk     *stepClock
+	clk     *clocktest.Clock
 	sup     *actors.Supervisor
-	fake    *fakeSession
+	fake    *osproctest.Session
+	tty     bool
 	ref     *actors.ProcessRef
 	m       *procModel
 	subs    []*subRec
@@ -387,7 +296,7 @@ func (h *procHarness) await(what string) {
 		if last.NextSeq == h.m.nextSeq && last.State == h.m.state() {
 			return true
 		}
-		h.clk.advanceWithin(h.cfg.DrainAfterTerminate)
+		h.clk.AdvanceWithin(h.cfg.DrainAfterTerminate)
 		return false
 	})
 	if !ok {
@@ -468,22 +377,22 @@ func (h *procHarness) output(t *rapid.T) {
 	}
 	i := rapid.SampledFrom(open).Draw(t, "stream")
 	data := rapid.SliceOfN(rapid.Byte(), 1, h.cfg.RetainBytes).Draw(t, "data")
-	s := h.fake.outs[i]
+	out := h.fake.Out(i)
 	sent := waitFor(stepWait, func() bool {
 		h.unstick()
 		timer := time.NewTimer(time.Millisecond)
 		defer timer.Stop()
 		select {
-		case s.ch <- data:
+		case out <- data:
 			return true
 		case <-timer.C:
 			return false
 		}
 	})
 	if !sent {
-		t.Fatalf("reader of %v never took %d bytes", h.fake.streams[i], len(data))
+		t.Fatalf("reader of %v never took %d bytes", h.fake.Streams()[i], len(data))
 	}
-	h.m.emit(actors.Event{Kind: actors.EventOutput, Stream: h.fake.streams[i], Data: data})
+	h.m.emit(actors.Event{Kind: actors.EventOutput, Stream: h.fake.Streams()[i], Data: data})
 	h.await("output")
 }
 
@@ -496,7 +405,7 @@ func (h *procHarness) endStream(t *rapid.T) {
 		t.Skip("unread output fills retention: the actor takes no more")
 	}
 	i := rapid.SampledFrom(open).Draw(t, "stream")
-	h.fake.outs[i].close()
+	h.fake.End(i)
 	h.m.streamOpen[i] = false
 	h.m.maybeClose()
 	h.await("stream end")
@@ -504,7 +413,7 @@ func (h *procHarness) endStream(t *rapid.T) {
 
 func (h *procHarness) exit(code int) {
 	h.m.exitSent = true
-	h.fake.exitCh <- code
+	h.fake.Exit(code)
 	h.m.exitCode = code
 	h.m.emit(actors.Event{Kind: actors.EventExited, ExitCode: code})
 	if h.m.terminating {
@@ -539,7 +448,7 @@ func (h *procHarness) terminate(t *rapid.T) {
 		switch {
 		case grace == 0:
 			h.m.signals = append(h.m.signals, syscall.SIGKILL)
-		case h.fake.tty:
+		case h.tty:
 			h.m.signals = append(h.m.signals, syscall.SIGHUP)
 		default:
 			h.m.signals = append(h.m.signals, syscall.SIGTERM)
@@ -582,9 +491,9 @@ func (h *procHarness) closeStdin(t *rapid.T) {
 	}
 	// A closed pipe process has had its stdin released by the actor already
 	// (asynchronously), so only a first close of a live stdin is checked.
-	already := h.m.stdinClosed || (h.m.closed && !h.fake.tty)
+	already := h.m.stdinClosed || (h.m.closed && !h.tty)
 	h.m.stdinClosed = true
-	if _, closes, _ := h.fake.recorded(); !already && closes == 0 {
+	if closes := h.fake.StdinCloses(); !already && closes == 0 {
 		t.Fatalf("CloseStdin answered before stdin was closed")
 	}
 }
@@ -783,7 +692,7 @@ func (h *procHarness) invariants(t *rapid.T) {
 	if h.m.exited && info.ExitCode != h.m.exitCode {
 		t.Fatalf("Info exit code %d, want %d", info.ExitCode, h.m.exitCode)
 	}
-	writes, _, signals := h.fake.recorded()
+	writes, signals := h.fake.Writes(), h.fake.Signals()
 	if len(writes) != len(h.m.written) {
 		t.Fatalf("stdin got %d writes %q, want %d %q", len(writes), writes, len(h.m.written), h.m.written)
 	}
@@ -823,7 +732,7 @@ func (h *procHarness) finish(t *rapid.T) {
 	}
 	for i, open := range h.m.streamOpen {
 		if open {
-			h.fake.outs[i].close()
+			h.fake.End(i)
 			h.m.streamOpen[i] = false
 			h.m.maybeClose()
 			h.await("final stream end")
@@ -885,7 +794,7 @@ func (h *procHarness) finish(t *rapid.T) {
 				out[ev.Stream] = append(out[ev.Stream], ev.Data...)
 			}
 		}
-		for _, st := range h.fake.streams {
+		for _, st := range h.fake.Streams() {
 			if !bytes.Equal(out[st], h.m.produced[st]) {
 				t.Fatalf("%v: subscriber got %q, the child wrote %q", st, out[st], h.m.produced[st])
 			}
@@ -912,10 +821,10 @@ func (h *procHarness) stop(t *rapid.T) {
 	h.sup.Kill()
 	if !h.m.exitSent {
 		h.m.exitSent = true
-		h.fake.exitCh <- 137
+		h.fake.Exit(137)
 	}
-	for _, s := range h.fake.outs {
-		s.close()
+	for i := range h.fake.Streams() {
+		h.fake.End(i)
 	}
 	stopped := waitFor(killWait, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
@@ -923,7 +832,7 @@ func (h *procHarness) stop(t *rapid.T) {
 		if h.sup.Wait(ctx) == nil {
 			return true
 		}
-		h.clk.advanceWithin(h.cfg.DrainAfterTerminate) // a held exit, a drain
+		h.clk.AdvanceWithin(h.cfg.DrainAfterTerminate) // a held exit, a drain
 		return false
 	})
 	if !stopped {
@@ -949,16 +858,16 @@ func TestProcessActorModel(t *testing.T) {
 			ClosedRetention:     time.Minute,
 			DrainAfterTerminate: 50 * time.Millisecond,
 			ShutdownGrace:       time.Second,
-			Clock:               newStepClock(),
+			Clock:               clocktest.New(),
 		}
 		tty := rapid.Bool().Draw(t, "tty")
-		h := &procHarness{t: t, cfg: cfg, clk: cfg.Clock.(*stepClock), cap: rapid.IntRange(1, 4).Draw(t, "subscriberQueue")}
+		h := &procHarness{t: t, cfg: cfg, clk: cfg.Clock.(*clocktest.Clock), cap: rapid.IntRange(1, 4).Draw(t, "subscriberQueue")}
 		h.sup = actors.NewSupervisor(actors.Config{Proc: cfg, DetachTTL: time.Minute, Logger: zap.NewNop()})
-		h.fake = newFakeSession(tty)
+		h.fake, h.tty = newFakeSession(tty), tty
 		h.m = &procModel{
 			nextSeq:    1,
 			retain:     &retainModel{maxBytes: cfg.RetainBytes, maxChunks: cfg.RetainChunks},
-			streamOpen: make([]bool, len(h.fake.streams)),
+			streamOpen: make([]bool, len(h.fake.Streams())),
 			writeIDs:   map[string]bool{},
 			produced:   map[actors.Stream][]byte{},
 		}

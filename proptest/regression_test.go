@@ -32,11 +32,11 @@ func TestRegression_KillAfterGracefulTerminate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), stepWait)
 	defer cancel()
 
-	fake.outs[0].close() // the only stream ends
+	fake.End(0) // the only stream ends
 	if running, err := ref.Terminate(ctx, time.Hour); err != nil || !running {
 		t.Fatalf("Terminate: running=%v err=%v", running, err)
 	}
-	fake.exitCh <- 143 // the child obeys SIGHUP/SIGTERM
+	fake.Exit(143) // the child obeys SIGHUP/SIGTERM
 	if !waitFor(stepWait, func() bool {
 		info, err := ref.Info(ctx)
 		return err == nil && info.State == actors.StateClosed

@@ -2,12 +2,18 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -293,19 +299,81 @@ func (e *ProcessError) Is(target error) bool { return target == ErrProcessFailed
 // RPCError is an error answered by a server, with the protocol's code and
 // message; Local returns the same values for the same mistakes. Where one
 // of this package's sentinels applies (ErrProcessExists), errors.Is
-// matches it.
+// matches it. A Start whose child could not be started (-32603 with the
+// OS's text) matches what the OS said on both backends: exec.ErrNotFound
+// for a command that does not exist, fs.ErrNotExist for it or a missing
+// cwd, fs.ErrPermission, and the syscall.Errno (a server says which in
+// the error's data, a runtimed extension).
 type RPCError struct {
 	Code    int    // the JSON-RPC error code (wire.Code* constants)
 	Message string // the server's message, as PROTOCOL.md lists it
 
 	sentinel error // what errors.Is matches besides the *RPCError itself
+	cause    error // a spawn failure rebuilt from the error's data
 }
 
 // Error returns "runtimed error CODE: MESSAGE".
 func (e *RPCError) Error() string { return fmt.Sprintf("runtimed error %d: %s", e.Code, e.Message) }
 
-// Unwrap returns the sentinel the error stands for, if any.
-func (e *RPCError) Unwrap() error { return e.sentinel }
+// Unwrap returns the sentinel the error stands for, or the spawn failure
+// it reports, if any.
+func (e *RPCError) Unwrap() error {
+	if e.sentinel != nil {
+		return e.sentinel
+	}
+	return e.cause
+}
+
+// rpcErr is the *RPCError of a server's (or Local's) *wire.Error.
+func rpcErr(e *wire.Error) *RPCError {
+	return &RPCError{Code: e.Code, Message: e.Message, cause: spawnCause(e.Data)}
+}
+
+// decodeRPCError decodes a JSON-RPC error object.
+func decodeRPCError(raw []byte) *RPCError {
+	var e wire.Error
+	_ = json.Unmarshal(raw, &e)
+	return rpcErr(&e)
+}
+
+// spawnFailure is what errors.Is sees of a spawn failure a server
+// reported: the errno (fs.ErrNotExist, fs.ErrPermission, the Errno
+// itself), and exec.ErrNotFound for a command that was not found.
+type spawnFailure struct {
+	op    string
+	errno syscall.Errno
+}
+
+func (f *spawnFailure) Error() string { return "spawn failed at " + f.op + ": " + f.errno.Error() }
+
+func (f *spawnFailure) Is(target error) bool {
+	if target == exec.ErrNotFound {
+		return (f.op == osproc.OpLookup || f.op == osproc.OpExec) && f.errno == syscall.ENOENT
+	}
+	return f.errno != 0 && (target == f.errno || f.errno.Is(target))
+}
+
+func spawnCause(d *wire.ErrorData) error {
+	if d == nil || d.Spawn == nil {
+		return nil
+	}
+	f := &spawnFailure{op: d.Spawn.Op}
+	if d.Spawn.Errno != "" {
+		f.errno = errnoByName()[d.Spawn.Errno]
+	}
+	return f
+}
+
+// errnoByName maps the names unix.ErrnoName gives back to their values.
+var errnoByName = sync.OnceValue(func() map[string]syscall.Errno {
+	m := make(map[string]syscall.Errno)
+	for e := syscall.Errno(1); e < 4096; e++ {
+		if name := unix.ErrnoName(e); name != "" {
+			m[name] = e
+		}
+	}
+	return m
+})
 
 // errProcessExists is the error both backends return for a duplicate id.
 func errProcessExists(id string) error {

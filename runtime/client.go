@@ -273,9 +273,7 @@ func handshake(ctx context.Context, t wire.Transport, name, resume string) (wire
 		return res, unwrapLost(err)
 	}
 	if len(resp.Error) > 0 {
-		var e RPCError
-		_ = json.Unmarshal(resp.Error, &e)
-		return res, &e
+		return res, decodeRPCError(resp.Error)
 	}
 	if err := json.Unmarshal(resp.Result, &res); err != nil {
 		return res, fmt.Errorf("bad initialize result: %w", err)

@@ -338,9 +338,7 @@ func (st *clientState) inbound(msg wire.Message) {
 		}
 		delete(st.pending, id)
 		if len(msg.Error) > 0 {
-			var e RPCError
-			_ = json.Unmarshal(msg.Error, &e)
-			p.reply <- callResult{err: &e, resent: p.resent}
+			p.reply <- callResult{err: decodeRPCError(msg.Error), resent: p.resent}
 			return
 		}
 		p.reply <- callResult{result: msg.Result, resent: p.resent}

@@ -123,7 +123,12 @@
 //
 // Errors answered by a server are [*RPCError] values with the protocol's
 // code and message; Local returns the same values for the same mistakes,
-// including budget refusals (-32011, "limit reached: ...").
+// including budget refusals (-32011, "limit reached: ..."), in the same
+// order (both are answered by one admission, actors.Supervisor.Start). A
+// Start whose child could not be started is -32603 with the OS's text and
+// matches, on both backends, exec.ErrNotFound (no such command),
+// fs.ErrNotExist (no such command or cwd), fs.ErrPermission and the
+// syscall.Errno through errors.Is.
 //
 // Disconnect: a Client latches the first transport failure, once, with its
 // reason. From then on every pending call returns an error wrapping

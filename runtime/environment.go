@@ -52,9 +52,9 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 		// verified here.
 		c.LinuxRootWritePreservesDevices = c.RuntimedSandbox
 		// A managed network only where the sandbox places the proxies as
-		// the command's only way out (Isolation.Net); never advertised
+		// the command's only way out (Config.NetPlacer); never advertised
 		// otherwise.
-		c.NetworkProxyLaunch = iso.Net != nil
+		c.NetworkProxyLaunch = iso.net != nil
 		c.NetworkProxyReviewDomains = c.NetworkProxyLaunch
 		if iso.Contain != nil {
 			c.RuntimedTreeContainment = iso.Contain.Mode() != contain.ModePgroup

@@ -8,6 +8,7 @@ import (
 
 	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
@@ -29,13 +30,16 @@ const (
 // probed once at construction; release frees them after the supervisor
 // has stopped.
 type isolation struct {
-	actors.Isolation
+	osproc.Isolation
+	// net places managed-network proxies (Config.netPlacer: only tests
+	// set one; nil refuses managed networks and keeps the capability off).
+	net  actors.NetPlacer
 	once sync.Once
 }
 
 func newIsolation(cfg Config) *isolation {
 	iso := &isolation{}
-	iso.Net = cfg.netPlacer
+	iso.net = cfg.netPlacer
 	h, err := sandbox.Probe(os.TempDir())
 	if err != nil {
 		cfg.Logger.Warn("sandbox unavailable: sandboxed starts will be refused", zap.Error(err))

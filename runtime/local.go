@@ -14,7 +14,7 @@ import (
 
 	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/fsops"
-	"github.com/runtimed/runtimed/actors/policy"
+	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -36,9 +36,8 @@ type Local struct {
 	open     map[*actors.ProcessRef]struct{}
 	spawning int
 	starts   int
-	maxProcs int      // Config.MaxProcesses: a Local is one session
-	cfgErr   error    // Config.Validate's error: every Start returns it
-	netDeny  []string // Config.NetworkDeny, the operator's network floor
+	maxProcs int   // Config.MaxProcesses: a Local is one session
+	cfgErr   error // Config.Validate's error: every Start returns it
 
 	codexSystemDir string // Config.CodexSystemDir (immutable)
 }
@@ -58,7 +57,7 @@ func NewLocal(cfg Config) *Local {
 	scfg := supervisorConfig(cfg, iso)
 	scfg.Budgets = cfg.budgets(ProbeMachine())
 	scfg.FsRoots = roots // process cwds too
-	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), open: make(map[*actors.ProcessRef]struct{}), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr, netDeny: cfg.NetworkDeny, codexSystemDir: cfg.CodexSystemDir}
+	return &Local{fsImpl: newLocalFS(roots), sup: actors.NewSupervisor(scfg), iso: iso, procs: make(map[string]*actors.ProcessRef), open: make(map[*actors.ProcessRef]struct{}), maxProcs: cfg.MaxProcesses, cfgErr: cfgErr, codexSystemDir: cfg.CodexSystemDir}
 }
 
 func supervisorConfig(cfg Config, iso *isolation) actors.Config {
@@ -80,6 +79,7 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 		Capabilities:    capabilities(cfg, iso),
 		HTTP:            actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
 		NetworkDeny:     cfg.NetworkDeny,
+		NetPlacer:       iso.net,
 		CodexSystemDir:  cfg.CodexSystemDir,
 		Logger:          cfg.Logger,
 	}
@@ -97,34 +97,55 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	if spec.ID == "" {
 		spec.ID = "proc-" + strconv.FormatUint(l.nextID.Add(1), 10)
 	}
-	as, err := actorSpec(spec)
-	if err != nil {
-		return nil, err
+	req := actors.StartRequest{
+		ID: spec.ID, Argv: spec.Argv, Arg0: spec.Arg0, Cwd: spec.Dir, Env: spec.Env, TTY: spec.TTY, PipeStdin: spec.PipeStdin,
+		Rows: spec.Size.Rows, Cols: spec.Size.Cols, Sandbox: spec.Sandbox.wire(), Limits: actors.LimitsFrom(spec.Limits.wire()),
+		Metadata: actorMetadata(spec.Metadata), Listen: min(firstListenerCap, liveQueueCap),
 	}
-	var werr *wire.Error
-	if as.Sandbox, werr = l.sup.SandboxFor(spec.Sandbox.wire(), as.Dir, as.Env); werr != nil {
-		return nil, rpcErr(werr)
+	if p := spec.envPolicy(); p != nil {
+		req.EnvPolicy = &osproc.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
 	}
-	as.Limits = actors.LimitsFrom(spec.Limits.wire())
 	if spec.Network != nil {
-		if as.Network, err = localNetwork(spec.ID, spec.Network, l.netDeny); err != nil {
+		n, err := localNetwork(spec.ID, spec.Network)
+		if err != nil {
 			return nil, err
 		}
+		req.Network = n
 	}
-	if werr := l.sup.AllowCwd(as.Dir); werr != nil { // Config.FsRoots: the cwd too
-		return nil, rpcErr(werr)
+	res, err := l.sup.Start(ctx, localOwner{l}, req)
+	if err != nil {
+		if errors.Is(err, actors.ErrStopped) {
+			return nil, ErrClosed
+		}
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			return nil, cerr
+		}
+		return nil, startErr(err)
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up while it was spawning: kill it (the actor
+		// is fresh, so this is answered at once).
+		_, _ = res.Ref.Terminate(context.WithoutCancel(ctx), 0)
+		return nil, err
+	}
+	lp := &localProcess{ref: res.Ref}
+	lp.first.Store(&res.Live)
+	return lp, nil
+}
+
+// localOwner is the actors.Owner of Local.Start: l.procs, under l.mu (a
+// Local is one session; Starts may run concurrently).
+type localOwner struct{ l *Local }
+
+func (o localOwner) Reserve(id string) (int, bool) {
+	l := o.l
 	l.mu.Lock()
-	if ref, ok := l.procs[spec.ID]; ok && (ref == nil || ref.Alive()) { // nil: another Start is spawning it
-		l.mu.Unlock()
-		return nil, errProcessExists(spec.ID)
+	defer l.mu.Unlock()
+	if ref, ok := l.procs[id]; ok && (ref == nil || ref.Alive()) { // nil: another Start is spawning it
+		return 0, true
 	}
 	active := l.activeLocked()
-	if l.maxProcs > 0 && active >= l.maxProcs {
-		l.mu.Unlock()
-		return nil, rpcErr(wire.ErrProcessLimit(l.maxProcs))
-	}
-	l.procs[spec.ID] = nil // reserve the id while spawning
+	l.procs[id] = nil // reserve the id while spawning
 	l.spawning++
 	if l.starts++; l.starts%256 == 0 {
 		// Forget processes whose retention ended (their ids are free).
@@ -134,32 +155,36 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 			}
 		}
 	}
-	l.mu.Unlock()
-	ref, first, err := l.sup.SpawnListening(spec.ID, as, min(firstListenerCap, liveQueueCap), active)
+	return active, false
+}
+
+func (o localOwner) Spawning() {}
+
+func (o localOwner) Started(id string, ref *actors.ProcessRef) {
+	l := o.l
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.spawning--
-	if err != nil {
-		delete(l.procs, spec.ID)
-	} else {
-		l.procs[spec.ID] = ref
-		l.open[ref] = struct{}{}
+	if ref == nil {
+		delete(l.procs, id)
+		return
 	}
-	l.mu.Unlock()
-	if err != nil {
-		if errors.Is(err, actors.ErrStopped) {
-			return nil, ErrClosed
-		}
-		return nil, rpcErr(actors.SpawnWireError(err))
+	l.procs[id] = ref
+	l.open[ref] = struct{}{}
+}
+
+// startErr is the error of a start actors.Supervisor.Start refused: the
+// *RPCError a server answers for it (StartError.Wire, the one mapping).
+func startErr(err error) error {
+	var se *actors.StartError
+	if !errors.As(err, &se) {
+		return err
 	}
-	if err := ctx.Err(); err != nil {
-		// The caller gave up while it was spawning: kill it (the actor
-		// is fresh, so this is answered at once).
-		_, _ = ref.Terminate(context.WithoutCancel(ctx), 0)
-		return nil, err
+	re := rpcErr(se.Wire())
+	if re.Code == wire.CodeInvalidRequest && se.Check == actors.CheckID {
+		re.sentinel = ErrProcessExists
 	}
-	lp := &localProcess{ref: ref}
-	lp.first.Store(&first)
-	return lp, nil
+	return re
 }
 
 // firstListenerCap bounds the queue of the listener each Local process
@@ -181,26 +206,6 @@ func (l *Local) activeLocked() int {
 	}
 	return len(l.open) + l.spawning
 }
-
-// actorSpec is spec, which Spec.validate has checked, as the actors take it.
-func actorSpec(spec Spec) (actors.Spec, error) {
-	dir, err := policy.NativePath(spec.Dir) // an absolute path or a file: URI: checked already
-	if err != nil {
-		return actors.Spec{}, invalid("Spec.Dir", "%v", err)
-	}
-	var ep *actors.EnvPolicy
-	if p := spec.envPolicy(); p != nil {
-		ep = &actors.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
-	}
-	return actors.Spec{
-		Argv: spec.Argv, Arg0: spec.Arg0, Dir: dir, TTY: spec.TTY, PipeStdin: spec.PipeStdin,
-		Rows: spec.Size.Rows, Cols: spec.Size.Cols,
-		Env:      actors.BuildEnv(actors.ServerEnv(), ep, spec.Env),
-		Metadata: actorMetadata(spec.Metadata),
-	}, nil
-}
-
-func rpcErr(e *wire.Error) *RPCError { return &RPCError{Code: e.Code, Message: e.Message} }
 
 // Close kills every process and waits for the actors to exit.
 func (l *Local) Close() error {
@@ -282,7 +287,7 @@ func (p *localProcess) CloseStdin(ctx context.Context) error {
 
 func (p *localProcess) Resize(ctx context.Context, rows, cols uint16) error {
 	err := p.ref.Resize(ctx, rows, cols)
-	if errors.Is(err, actors.ErrNotPTY) {
+	if errors.Is(err, osproc.ErrNotPTY) {
 		return ErrNotPTY
 	}
 	return p.actorErr(err)

@@ -119,17 +119,19 @@ func decisionFromWire(p wire.PolicyDecisionParams) NetworkDecision {
 	return d
 }
 
-// localNetwork is the actors side of spec.Network for Local.
-func localNetwork(id string, n *Network, floor []string) (*actors.ManagedNetwork, error) {
-	ns, werr := actors.ParseNetworkSpec(n.wire(), nil, floor)
+// localNetwork is Local's start request for spec.Network: the same
+// networkProxy the wire carries (so one parser and one admission check,
+// the operator's floor included, judge both), reporting to OnDecision.
+func localNetwork(id string, n *Network) (actors.NetworkRequest, error) {
+	np, werr := wire.ParseNetworkProxy(n.wire())
 	if werr != nil {
-		return nil, rpcErr(werr)
+		return actors.NetworkRequest{}, rpcErr(werr)
 	}
-	mn := &actors.ManagedNetwork{Spec: ns, ProcessID: id}
+	req := actors.NetworkRequest{LaunchProxy: true, Enforce: true, Proxy: np}
 	if f := n.OnDecision; f != nil {
-		mn.Notify = func(e netproxy.Event) { f(decisionOf(id, e)) }
+		req.Notify = func(e netproxy.Event) { f(decisionOf(id, e)) }
 	}
-	return mn, nil
+	return req, nil
 }
 
 // startDecisions runs f over a bounded queue until done is closed (then

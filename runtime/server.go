@@ -142,7 +142,7 @@ type Config struct {
 	// allow (runtimed serve --network-deny).
 	NetworkDeny []string
 
-	// netPlacer places managed-network proxies (actors.Isolation.Net). No
+	// netPlacer places managed-network proxies (actors.Config.NetPlacer). No
 	// host sets it yet (the sandbox's network namespace will): only this
 	// package's tests do, with an unconfined loopback placer, to exercise
 	// the plumbing.

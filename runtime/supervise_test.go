@@ -5,63 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
 )
-
-// fakeClock fires timers only when the test advances it.
-type fakeClock struct {
-	mu     sync.Mutex // guards now and timers; held only around their use
-	now    time.Time
-	timers []fakeTimer
-	asked  chan time.Duration // each After's duration, for the test to see
-}
-
-type fakeTimer struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Unix(1_000_000, 0), asked: make(chan time.Duration, 64)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	ch := make(chan time.Time, 1)
-	c.timers = append(c.timers, fakeTimer{at: c.now.Add(d), ch: ch})
-	c.mu.Unlock()
-	c.asked <- d
-	return ch
-}
-
-// Advance moves time on and fires what is due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	kept := c.timers[:0]
-	var due []fakeTimer
-	for _, t := range c.timers {
-		if !t.at.After(c.now) {
-			due = append(due, t)
-		} else {
-			kept = append(kept, t)
-		}
-	}
-	c.timers = kept
-	now := c.now
-	c.mu.Unlock()
-	for _, t := range due {
-		t.ch <- now
-	}
-}
 
 func nextServiceEvent(t *testing.T, ch <-chan ServiceEvent, want ServiceState) ServiceEvent {
 	t.Helper()
@@ -87,7 +35,7 @@ func nextServiceEvent(t *testing.T, ch <-chan ServiceEvent, want ServiceState) S
 // fake: nothing sleeps. Runs on every backend.
 func TestSupervisorCrashLoopBacksOffAndGivesUp(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b Backend) {
-		clk := newFakeClock()
+		clk := clocktest.New()
 		sup := NewSupervisor(b, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }}) // jitter factor 1
 		svc := Service{Name: "crash", Spec: sh(t, "exit 3"), Restart: RestartOnFailure,
 			Backoff: Backoff{Initial: time.Second, Max: 4 * time.Second, Jitter: 0.1}, MaxRestarts: 3, Window: time.Minute}
@@ -108,7 +56,7 @@ func TestSupervisorCrashLoopBacksOffAndGivesUp(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			nextServiceEvent(t, events, ServiceBackoff)
 			select {
-			case d := <-clk.asked:
+			case d := <-clk.Asked():
 				delays = append(delays, d)
 				clk.Advance(d)
 			case <-time.After(20 * time.Second):
@@ -134,7 +82,7 @@ func TestSupervisorCrashLoopBacksOffAndGivesUp(t *testing.T) {
 // always restarts it; services start in order and stop in reverse order.
 func TestSupervisorPoliciesOrderAndStop(t *testing.T) {
 	b := newLocalBackend(t)
-	clk := newFakeClock()
+	clk := clocktest.New()
 	dir := t.TempDir()
 	sup := NewSupervisor(b, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }})
 	long := func(name string) Service {
@@ -178,7 +126,7 @@ func TestSupervisorPoliciesOrderAndStop(t *testing.T) {
 		t.Errorf("start order %v", order)
 	}
 	// always restarts after its backoff.
-	clk.Advance(<-clk.asked)
+	clk.Advance(<-clk.Asked())
 	nextServiceEvent(t, events, ServiceRunning)
 	// Stop: reverse order (once both long services really run).
 	pids := map[string]int{"first": readPid(t, filepath.Join(dir, "first")), "last": readPid(t, filepath.Join(dir, "last"))}

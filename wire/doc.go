@@ -71,7 +71,9 @@
 // answer it with: null for a request whose id is null (JSON-RPC 2.0), -1
 // otherwise; an id is accepted only if it can be echoed byte for byte (an
 // int64, or a string that is valid UTF-8). [DecodeParams] returns -32602
-// naming the field. A server's budget refusals are -32011 ([ErrBudget]). An inbound message
+// naming the field. A server's budget refusals are -32011 ([ErrBudget]). An
+// [*Error] may carry [ErrorData] (its data member, a runtimed extension
+// other clients ignore): a failed spawn's stage and errno. An inbound message
 // over the limit (64 MiB by default) is an error wrapping [ErrMessageTooBig]:
 // the stdio transport discards that line and stays usable; the websocket
 // transport is closed by coder/websocket with status 1009.

@@ -153,6 +153,12 @@ func AppendError(dst []byte, id ID, e *Error) []byte {
 	dst = strconv.AppendInt(dst, int64(e.Code), 10)
 	dst = append(dst, `,"message":`...)
 	dst = AppendString(dst, e.Message)
+	if e.Data != nil {
+		if b, err := json.Marshal(e.Data); err == nil {
+			dst = append(dst, `,"data":`...)
+			dst = append(dst, b...)
+		}
+	}
 	return append(dst, "}}"...)
 }
 

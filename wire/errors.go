@@ -32,6 +32,26 @@ type Error struct {
 	// metrics: "processes", "message_bytes", "fs_handles", ...); empty for
 	// other errors. It is not sent.
 	Limit string `json:"-"`
+	// Data, if set, is sent as the error object's data member (a runtimed
+	// extension: ErrorData; Codex ignores it).
+	Data *ErrorData `json:"data,omitempty"`
+}
+
+// ErrorData is the data member runtimed adds to some error answers, so
+// that a client can branch without parsing the message (which stays as
+// PROTOCOL.md words it).
+type ErrorData struct {
+	// Spawn is set on the -32603 answer to a start whose child could not
+	// be started.
+	Spawn *SpawnFailure `json:"spawn,omitempty"`
+}
+
+// SpawnFailure says why a child could not be started: the stage ("cwd",
+// "lookup": the command on the PATH, "exec", "setup": pipes, PTY, cgroup)
+// and the OS error's name ("ENOENT", "EACCES"; empty when it had none).
+type SpawnFailure struct {
+	Op    string `json:"op"`
+	Errno string `json:"errno,omitempty"`
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("wire: rpc error %d: %s", e.Code, e.Message) }
@@ -107,6 +127,30 @@ func ErrInternal(reason string) *Error {
 }
 
 func ErrEmptyArgv() *Error { return Errorf(CodeInvalidParams, "argv must not be empty") }
+
+// ErrEmptyCommand is the app-server dialect's ErrEmptyArgv (process/spawn).
+func ErrEmptyCommand() *Error { return Errorf(CodeInvalidParams, "command must not be empty") }
+
+// ErrCwdRelative, ErrCwdURI and ErrCwdForeignHost refuse a process's cwd
+// (process/start, process/spawn) that is neither an absolute path nor a
+// file: URI of this host.
+func ErrCwdRelative(cwd string) *Error {
+	return Errorf(CodeInvalidParams, "cwd must be absolute: %s", cwd)
+}
+
+func ErrCwdURI(cwd string) *Error {
+	return Errorf(CodeInvalidParams, "cwd is not a valid file URI: %s", cwd)
+}
+
+func ErrCwdForeignHost(host, cwd string) *Error {
+	return Errorf(CodeInvalidParams, "cwd is a file URI with a foreign host %q: %s", host, cwd)
+}
+
+// ErrSandboxRequired refuses a start without a sandbox on a server that
+// requires one.
+func ErrSandboxRequired() *Error {
+	return Errorf(CodeInvalidParams, "this server requires a sandbox on every process (runtimed serve --require-sandbox): send process/start.sandbox with managed permissions")
+}
 
 func ErrEmptyWriteID() *Error { return Errorf(CodeInvalidParams, "writeId must not be empty") }
 

@@ -33,7 +33,7 @@ import (
 // leaves registered tree roots to their process actor, and any other
 // child only if, after the reaper's pidfd was opened on it, no other
 // pidfd in this process refers to it. Go's os.StartProcess (os/exec, and
-// startOS) creates a pidfd with the child (CLONE_PIDFD) and holds it
+// osproc.Start) creates a pidfd with the child (CLONE_PIDFD) and holds it
 // until Wait has reaped the child or Release abandoned it. So while a
 // direct child is unreaped, its waiter's pidfd is in our descriptor table
 // and the reaper leaves the child alone; once that pidfd is gone, the

@@ -152,7 +152,7 @@ func waitPids(t *testing.T, path string, n int) []int {
 }
 
 // TestSubreaperKillsTheTree: a tree (its root started by os/exec in a
-// session of its own, as startOS does) leaves a setsid'd orphan, a
+// session of its own, as osproc.Start does) leaves a setsid'd orphan, a
 // double-forked orphan and a grandchild that ignores SIGTERM. The
 // orphans really are adopted by this process (the control), and
 // Group.Kill ends every one of them; no zombie is left, and the root's

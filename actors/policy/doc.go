@@ -19,7 +19,9 @@
 // Errors are *wire.Error with code -32602 that name the offending field
 // (`sandbox.permissions.file_system.entries[2].path.path`): relative paths,
 // foreign file: URI hosts, missing paths without missing_path_behavior
-// "skip", globs on non-deny entries, globs that visit too much.
+// "skip", globs on non-deny entries, globs that visit too much. NativePath
+// refuses a path with a *PathError whose Kind says why (relative, a bad
+// file: URI, a foreign host), so callers word it for their field.
 //
 // # Backpressure
 //

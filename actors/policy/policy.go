@@ -173,22 +173,64 @@ func resolve(sb *wire.Sandbox, dir string, env []string, keepMissing bool) (*san
 	return p, nil
 }
 
-// NativePath accepts an absolute path or a file: URI (empty or localhost host).
+// NativePath accepts an absolute path or a file: URI (empty or localhost
+// host). A refusal is a *PathError.
 func NativePath(s string) (string, error) {
 	if strings.HasPrefix(s, "file:") {
 		u, err := url.Parse(s)
 		if err != nil {
-			return "", fmt.Errorf("not a valid file URI: %s", s)
+			return "", &PathError{Kind: PathBadURI, Path: s}
 		}
 		if u.Host != "" && u.Host != "localhost" {
-			return "", fmt.Errorf("file URI with foreign host %q: %s", u.Host, s)
+			return "", &PathError{Kind: PathForeignHost, Path: s, Host: u.Host}
 		}
 		s = u.Path
 	}
 	if !filepath.IsAbs(s) {
-		return "", fmt.Errorf("path must be absolute: %s", s)
+		return "", &PathError{Kind: PathRelative, Path: s}
 	}
 	return filepath.Clean(s), nil
+}
+
+// PathKind is why NativePath refused a path.
+type PathKind uint8
+
+const (
+	PathRelative    PathKind = iota + 1 // neither absolute nor a file: URI
+	PathBadURI                          // a file: URI that does not parse
+	PathForeignHost                     // a file: URI naming a host other than localhost
+)
+
+// PathError is a path NativePath refused: Path as given (the URI's path
+// for PathRelative), Host for PathForeignHost.
+type PathError struct {
+	Kind PathKind
+	Path string
+	Host string
+}
+
+func (e *PathError) Error() string {
+	switch e.Kind {
+	case PathBadURI:
+		return fmt.Sprintf("not a valid file URI: %s", e.Path)
+	case PathForeignHost:
+		return fmt.Sprintf("file URI with foreign host %q: %s", e.Host, e.Path)
+	}
+	return fmt.Sprintf("path must be absolute: %s", e.Path)
+}
+
+// Predicate words the refusal after the name of the field that held the
+// path: "must be absolute: {path}", "is not a valid file URI: {path}",
+// "is a file URI with a foreign host \"{host}\": {path}" (PROTOCOL.md's
+// cwd errors: "cwd " + Predicate).
+func (e *PathError) Predicate() string {
+	switch e.Kind {
+	case PathBadURI:
+		return fmt.Sprintf("is not a valid file URI: %s", e.Path)
+	case PathForeignHost:
+		return fmt.Sprintf("is a file URI with a foreign host %q: %s", e.Host, e.Path)
+	}
+	return fmt.Sprintf("must be absolute: %s", e.Path)
 }
 
 func envValue(env []string, key string) string {

@@ -49,6 +49,13 @@
 //
 // # Failure semantics
 //
+// A policy is checked once per start: Check plans it (stat-ing every
+// rule) and keeps the plan with the policy, and Start or NewLaunch on the
+// same Host enforce that plan without checking again (a policy that Host
+// did not check is checked and planned by Start itself). The plan's files
+// are matched again as the grants are applied, so a path swapped between
+// Check and Start fails the start.
+//
 // Fail closed: Check refuses what the host cannot enforce (no Landlock ABI
 // 6, no seccomp, no mount namespace for overlays) with an
 // *UnavailableError that wraps ErrUnavailable; a policy this package cannot

@@ -211,18 +211,10 @@ type Launch struct {
 func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 	wp := wirePlan{Plan: plan}
 	if plan.Policy != nil {
-		if h == nil {
-			return nil, &UnavailableError{What: "a sandbox", Missing: "a probed host", Check: "internal: no sandbox.Host configured"}
-		}
-		// Check, planning the layers once (they go to the helper as they are).
-		if err := h.Check(&Policy{Network: plan.Policy.Network}); err != nil {
-			return nil, err
-		}
-		l, err := plan.Policy.plan()
+		// The layers go to the helper as they are: planned by the
+		// caller's h.Check, or checked and planned now.
+		l, err := h.checked(plan.Policy)
 		if err != nil {
-			return nil, err
-		}
-		if err := h.checkLayers(l); err != nil {
 			return nil, err
 		}
 		wp.Layers, wp.Scratch = l, h.Scratch

@@ -147,8 +147,35 @@ func (h *Host) Check(p *Policy) error {
 	if err != nil {
 		return err
 	}
-	p.planned = &l
-	return h.checkLayers(l)
+	if err := h.checkLayers(l); err != nil {
+		return err
+	}
+	p.planned, p.checkedBy = &l, h
+	return nil
+}
+
+// checked returns the layers of policy for a start on h: the plan h.Check
+// made of it (a policy is checked once per start, by the caller's Check),
+// or, for a policy h has not checked, the checks and the plan made now
+// (without keeping it: starts may run concurrently on one policy).
+func (h *Host) checked(policy *Policy) (layers, error) {
+	if h == nil {
+		return layers{}, &UnavailableError{What: "a sandbox", Missing: "a probed host", Check: "internal: no sandbox.Host configured"}
+	}
+	if policy.planned != nil && policy.checkedBy == h {
+		return *policy.planned, nil
+	}
+	if err := h.Check(&Policy{Network: policy.Network}); err != nil {
+		return layers{}, err
+	}
+	l, err := policy.plan()
+	if err != nil {
+		return layers{}, err
+	}
+	if err := h.checkLayers(l); err != nil {
+		return layers{}, err
+	}
+	return l, nil
 }
 
 // checkLayers is the part of Check that depends on the planned layers.

@@ -60,15 +60,9 @@ type Policy struct {
 	// keeps the files it was checked against (runtimed checks each
 	// start's policy, made afresh, right before it starts it).
 	planned *layers
-}
-
-// checkedPlan returns the plan Check made, or plans p now (without
-// keeping it: Start may run concurrently on one policy).
-func (p *Policy) checkedPlan() (layers, error) {
-	if p.planned != nil {
-		return *p.planned, nil
-	}
-	return p.plan()
+	// checkedBy is the host whose Check made planned: Start and NewLaunch
+	// on that host enforce the plan without checking the policy again.
+	checkedBy *Host
 }
 
 // ErrUnsupported is wrapped by errors for policies this package cannot

@@ -45,23 +45,9 @@ func Start(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	return startHelper(h, plan, attr)
 }
 
-// planFor checks policy against the host and plans its layers.
-func planFor(h *Host, policy *Policy) (layers, error) {
-	if h == nil {
-		return layers{}, &UnavailableError{What: "a sandbox", Missing: "a probed host", Check: "internal: no sandbox.Host configured"}
-	}
-	if err := h.Check(&Policy{Network: policy.Network}); err != nil {
-		return layers{}, err
-	}
-	l, err := policy.checkedPlan() // planned by the caller's Check, as a rule
-	if err != nil {
-		return layers{}, err
-	}
-	if err := h.checkLayers(l); err != nil {
-		return layers{}, err
-	}
-	return l, nil
-}
+// planFor checks policy against the host and plans its layers, unless
+// the caller's h.Check did (see Host.checked).
+func planFor(h *Host, policy *Policy) (layers, error) { return h.checked(policy) }
 
 type threadStart struct {
 	proc *os.Process

@@ -1,4 +1,4 @@
-package actors
+package osproc
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 )
 
 // An output pipe starts at the kernel's default size and is enlarged to
-// pipeSize by its reader only once a child fills half of it: most
+// PipeSize by its reader only once a child fills half of it: most
 // children never need the megabyte, and a start is quicker without it.
 func TestOutputPipeGrowsWhenFilled(t *testing.T) {
 	for _, tc := range []struct {
@@ -19,7 +19,7 @@ func TestOutputPipeGrowsWhenFilled(t *testing.T) {
 		{"filled", "head -c 60000 /dev/zero", true}, // fits the default pipe: written whole before the first read
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := startOS(Spec{Argv: []string{"/bin/sh", "-c", tc.script}, Dir: "/"}, Isolation{})
+			s, _, err := start(Spec{Argv: []string{"/bin/sh", "-c", tc.script}, Dir: "/"}, Isolation{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -35,17 +35,17 @@ func TestOutputPipeGrowsWhenFilled(t *testing.T) {
 				return n
 			}
 			initial := size()
-			if initial >= pipeSize {
-				t.Fatalf("a new output pipe is %d bytes; want the default, below %d", initial, pipeSize)
+			if initial >= PipeSize {
+				t.Fatalf("a new output pipe is %d bytes; want the default, below %d", initial, PipeSize)
 			}
 			r := s.Output(0).(ChunkReader)
 			for {
-				_, err := r.ReadChunk(maxReadChunk)
+				_, err := r.ReadChunk(MaxChunk)
 				if err != nil {
 					break
 				}
 			}
-			if got := size(); (got == pipeSize) != tc.grown {
+			if got := size(); (got == PipeSize) != tc.grown {
 				t.Fatalf("pipe size %d after the child's output (initial %d); want grown=%v", got, initial, tc.grown)
 			}
 		})

@@ -1,4 +1,4 @@
-package actors
+package osproc
 
 import (
 	"io"
@@ -10,19 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ChunkReader is an output stream that returns whole chunks. The real
-// session's streams implement it; a Reader that does not is read with a
-// buffer per reader goroutine.
-type ChunkReader interface {
-	// ReadChunk blocks until data is available and returns at most max
-	// bytes in a new slice (all that could be read without blocking), or
-	// io.EOF / another error at the end of the stream.
-	ReadChunk(max int) ([]byte, error)
-}
-
 // readBufs holds read buffers between reads, so an idle stream (blocked in
 // the runtime poller, not in a thread) holds no buffer at all.
-var readBufs = sync.Pool{New: func() any { b := make([]byte, maxReadChunk); return &b }}
+var readBufs = sync.Pool{New: func() any { b := make([]byte, MaxChunk); return &b }}
 
 // fileChunks reads a pipe or PTY master through the runtime poller and
 // coalesces everything already available, up to max, into one chunk:
@@ -38,7 +28,7 @@ type fileChunks struct {
 }
 
 // pipeGrowAt is how much one read must find in a pipe of the default 64
-// KiB before the pipe is enlarged to pipeSize.
+// KiB before the pipe is enlarged to PipeSize.
 const pipeGrowAt = 32 << 10
 
 func newFileChunks(f *os.File, pipe bool) Reader {
@@ -48,7 +38,7 @@ func newFileChunks(f *os.File, pipe bool) Reader {
 	}
 	r := &fileChunks{f: f, rc: rc}
 	if pipe {
-		r.grow = pipeSize
+		r.grow = PipeSize
 	}
 	return r
 }
@@ -105,7 +95,7 @@ func (r *fileChunks) ReadChunk(max int) ([]byte, error) {
 }
 
 // outputPipe makes a child's output pipe (its reader enlarges it to
-// pipeSize when the child fills it, see fileChunks): the read end
+// PipeSize when the child fills it, see fileChunks): the read end
 // non-blocking and registered with the runtime poller (a reader parks no
 // thread), the write end blocking and not registered, as the child wants
 // it (os.Pipe would register both ends, then make the child's blocking

@@ -1,0 +1,166 @@
+package osproc
+
+import (
+	"errors"
+	"os"
+	"syscall"
+
+	"github.com/runtimed/runtimed/actors/contain"
+)
+
+// Session is the OS side of one started process as its owner sees it. The
+// real one is returned by Start; tests substitute osproctest.Session,
+// which is driven by channels. Methods are called only by the owner's
+// goroutine except Write and CloseStdin, which are called only by one
+// stdin writer, and Output's readers and Wait (one goroutine each).
+type Session interface {
+	// Pid is the child's pid (also its process group id), or 0 for a fake.
+	Pid() int
+	// Streams lists the output streams, one reader goroutine each.
+	Streams() []Stream
+	// Output returns the reader of stream i (index into Streams()).
+	Output(i int) Reader
+	// Wait blocks until the child has exited and been reaped and returns
+	// its exit code (128+N when killed by signal N). Called once, by the
+	// waiter goroutine.
+	Wait() int
+	// HasStdin reports whether the child has a writable stdin.
+	HasStdin() bool
+	Write(p []byte) error
+	CloseStdin() error
+	// Signal sends sig to the child's whole process group.
+	Signal(sig syscall.Signal) error
+	// Resize sets the PTY window size; ErrNotPTY for a pipe session.
+	Resize(rows, cols uint16) error
+	// CloseOutputs closes the parent's read ends, which ends every reader
+	// even when a descendant outside our control still holds the write ends.
+	CloseOutputs()
+	// Limit names the resource limit that ended the process with exit
+	// code code, or "". Called after Wait returned.
+	Limit(code int) string
+	// ReleaseIfEmpty frees the tree's cgroup now if nothing of the tree
+	// is left; called when the process is retained (closed, its ending
+	// delivered). Release still follows.
+	ReleaseIfEmpty()
+	// Release kills what is left of the tree and frees its cgroup; called
+	// once, when the owner is done with the process.
+	Release()
+}
+
+// Reader is one output stream.
+type Reader interface {
+	Read(p []byte) (int, error)
+}
+
+// ChunkReader is an output stream that returns whole chunks. The real
+// session's streams implement it; a Reader that does not is read with a
+// buffer per reader goroutine.
+type ChunkReader interface {
+	// ReadChunk blocks until data is available and returns at most max
+	// bytes in a new slice (all that could be read without blocking), or
+	// io.EOF / another error at the end of the stream.
+	ReadChunk(max int) ([]byte, error)
+}
+
+// ErrNotPTY is returned by Resize on a pipe session.
+var ErrNotPTY = errors.New("osproc: process is not attached to a PTY")
+
+// Discard kills and reaps a started child that nobody will own, and
+// frees what it holds.
+func Discard(sess Session) {
+	_ = sess.Signal(syscall.SIGKILL)
+	sess.CloseOutputs()
+	if sess.HasStdin() {
+		_ = sess.CloseStdin()
+	}
+	sess.Wait()
+	sess.Release()
+}
+
+// osSession is the Session of a real child.
+//
+// Immutable after Start; its files are read and written by the goroutines
+// Session's comment names, closed by CloseOutputs/CloseStdin.
+type osSession struct {
+	group   *contain.Group // nil without a cgroup manager
+	pid     int
+	tty     bool
+	outputs []*os.File // pipes: stdout, stderr; pty: the master
+	streams []Stream
+	stdin   *os.File // pipe write end, or the PTY master; nil without stdin
+}
+
+func (s *osSession) Pid() int            { return s.pid }
+func (s *osSession) Streams() []Stream   { return s.streams }
+func (s *osSession) Output(i int) Reader { return newFileChunks(s.outputs[i], !s.tty) }
+func (s *osSession) HasStdin() bool      { return s.stdin != nil }
+
+func (s *osSession) Wait() int {
+	if w := newPidWaiter(s.pid); w != nil {
+		if code, ok := w.wait(); ok {
+			return code
+		}
+	}
+	// No pidfd (an old kernel, or none left): a blocking wait4, which
+	// holds a thread while the child runs.
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(s.pid, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1
+		}
+		break
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}
+
+func (s *osSession) Write(p []byte) error {
+	_, err := s.stdin.Write(p)
+	return err
+}
+
+func (s *osSession) CloseStdin() error {
+	if s.tty {
+		// A PTY has no separate stdin: send the terminal's EOF character.
+		_, err := s.stdin.Write([]byte{4})
+		return err
+	}
+	return s.stdin.Close()
+}
+
+func (s *osSession) Signal(sig syscall.Signal) error {
+	if sig == syscall.SIGKILL {
+		// The whole tree, including descendants that left the group.
+		_ = s.group.Kill()
+	}
+	err := syscall.Kill(-s.pid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+func (s *osSession) Resize(rows, cols uint16) error {
+	if !s.tty {
+		return ErrNotPTY
+	}
+	return setWinsize(s.outputs[0], rows, cols)
+}
+
+func (s *osSession) Limit(code int) string { return s.group.LimitHit(code) }
+
+func (s *osSession) Release() { s.group.Release() }
+
+func (s *osSession) ReleaseIfEmpty() { s.group.ReleaseIfEmpty() }
+
+func (s *osSession) CloseOutputs() {
+	for _, f := range s.outputs {
+		f.Close()
+	}
+}
