@@ -83,7 +83,7 @@
 // worker for deferred ones) and every error answer (a refusal by a limit
 // carries wire.Error.Limit). Implementations must not block.
 //
-// A start with a managed network (Spec.Network, process/start's
+// A start with a managed network (StartRequest.Network, process/start's
 // networkProxy) gets its own netproxy proxies before the child starts
 // (managednet.go): Config.NetPlacer places their listeners (nil on every host
 // until the sandbox can keep a command inside the namespace they are
