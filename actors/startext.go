@@ -33,7 +33,10 @@ import (
 // less) network than asked; and without managedNetwork it fails closed, as
 // the reference does.
 func managedNetwork(n NetworkRequest, sandboxed bool, floor []string, canLaunch bool) (*NetworkSpec, string, *wire.Error) {
-	if n.Proxy != nil {
+	if n.LaunchProxy || n.Proxy != nil {
+		if n.Proxy == nil { // asked for, but nothing parsed: fail closed
+			return nil, "networkProxy", wire.ErrManagedNetwork("networkProxy was not parsed")
+		}
 		ns, err := NetworkSpecFrom(n.Proxy, n.TimeoutMs, floor)
 		if err != nil {
 			return nil, "networkProxy", err
