@@ -162,6 +162,16 @@
 // (Local registers its first subscriber's queue at spawn; a Client keeps
 // its own history, below).
 //
+// Supervisor: a lost backend is not an exit. A service whose Start or
+// Wait fails with ErrDisconnected or ErrClosed is [ServiceLost] (its
+// LastError wraps [ErrBackendLost], its LastExit is nil: how the process
+// ended is unknown); nothing more is started on that backend and its
+// restart intensity is not charged. With SupervisorOptions.Redial the
+// supervisor makes a new backend (at once, then with backoff on its
+// Clock) and starts the lost services on it; without it they stay lost
+// until Stop. Every state change carries a [ServiceReason]; the table of
+// legal changes is in supervise_fsm.go.
+//
 // Dial refuses a URL that is not ws:// or wss:// with [ErrBadURL] (the
 // message suggests the fix) and a 401 with [ErrUnauthorized]. A TLS pair
 // that fails to load is an error from NewCertReloader; later a failed
@@ -187,5 +197,9 @@
 // an EventGap (a reported, typed loss). A Cmd's copy to a blocking Stdout
 // or Stderr holds only its own stream back: it lags and re-reads
 // retention, and output evicted meanwhile makes Wait return ErrOutputLost
-// (never silently). The server side's policies are in package actors.
+// (never silently). A Supervisor never waits on a Subscribe queue (its
+// buf): an event that does not fit is dropped and counted, and the next
+// event that subscriber gets says how many it missed
+// (ServiceEvent.Dropped); Status has the current state. The server side's
+// policies are in package actors.
 package runtime
