@@ -150,7 +150,8 @@
 // once it was reaped, then at most DrainAfterTerminate for the output
 // streams, which are then closed by force, so closed follows promptly even
 // when a descendant that left the group holds them. Every deadline of the
-// actor comes from ProcConfig.Clock (tests drive a fake one).
+// actor comes from ProcConfig.Clock (tests drive a fake one); a
+// connection's slow-consumer watchdog takes its time from Config.Clock.
 // Admission is Supervisor.Start (admission.go), the one place a process
 // is admitted: the exec-server's process/start, the app-server's
 // process/spawn and runtime.Local decode their request into a
@@ -189,8 +190,9 @@
 // How a connection ends depends on its latched reason: a protocol
 // violation is answered with a websocket close frame 1002 and the reason,
 // after the responses already queued; a shutdown with 1001; a slow
-// consumer (no outbound progress for Budgets.SlowConsumerTimeout, resumable
-// connections only) is closed at once (a full receive window cannot take a
+// consumer (no outbound progress for Budgets.SlowConsumerTimeout while a
+// batch is being written, resumable connections only: a connection with
+// nothing to write is never one, however long it is quiet) is closed at once (a full receive window cannot take a
 // frame) and detached like any dropped connection. The reader never reads
 // under the connection's context: closing the transport is what unblocks
 // it.

@@ -68,6 +68,10 @@ type Config struct {
 	// netResolver resolves names for managed-network proxies (nil: the
 	// system's); only this package's tests set it.
 	netResolver netproxy.Resolver
+	// Clock is where connections take their time from: the slow-consumer
+	// watchdog's timer and marks (nil: RealClock). Process actors take
+	// theirs from Proc.Clock.
+	Clock Clock
 	// Metrics receives measurements (nil: none are taken).
 	Metrics Metrics
 }

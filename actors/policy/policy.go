@@ -21,12 +21,12 @@ const (
 	FloorWorkspaceWrite = "workspace-write"
 )
 
-// globScanMax bounds the expansion of one deny glob: directories deep and
-// entries visited.
-const (
-	globMaxDepth   = 8
-	globMaxVisited = 20000
-)
+// globMaxDepth and globMaxVisited bound the expansion of one deny glob:
+// directories deep and entries visited (a variable so that a test can
+// reach it without making 20000 files).
+const globMaxDepth = 8
+
+var globMaxVisited = 20000
 
 // FloorSandbox is the policy a floor name stands for, with dir as the
 // project root: Codex's read-only and workspace-write shapes.
