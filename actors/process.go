@@ -371,9 +371,6 @@ func (r *ProcessRef) Subscribe(ctx context.Context, after uint64, capacity int) 
 	})
 }
 
-// Discard kills the process tree (SIGKILL) if it is not closed and lets
-// the actor end as soon as its ending was delivered instead of retaining
-// it. The reason recorded is the connection's end.
 // Ack tells the actor that the attached connection's client has every seq
 // up to seq (process/ack). From then on, until another connection
 // attaches, output handed to that connection stays unread (retained,
@@ -384,6 +381,9 @@ func (r *ProcessRef) Ack(ctx context.Context, seq uint64) error {
 	return send(ctx, r.mbox, procMsg(ackMsg{seq: seq}), r.done)
 }
 
+// Discard kills the process tree (SIGKILL) if it is not closed and lets
+// the actor end as soon as its ending was delivered instead of retaining
+// it. The reason recorded is the connection's end.
 func (r *ProcessRef) Discard(ctx context.Context) error {
 	return r.discard(ctx, reasonConnEnd)
 }

@@ -22,6 +22,10 @@
 // [AppendFailedClosedNotification] is the process/closed of a
 // process the server failed (ext "failure"; requests about it then get
 // [ErrProcessFailed], -32603).
+// uri.go holds the one file: URI encoder and decoder of the project
+// ([FileURI], [ParseFileURI], [NativePath]): every URI an answer carries
+// and every path argument that may be a URI go through them, so a path is
+// spelled one way (the Codex client's: Rust's url crate).
 // environment.go holds environmentInfo and [Capabilities], the struct of
 // booleans that the server fills and [Capabilities.Map] turns into the
 // capabilities map (every known name present).

@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -176,15 +175,15 @@ func resolve(sb *wire.Sandbox, dir string, env []string, keepMissing bool) (*san
 // NativePath accepts an absolute path or a file: URI (empty or localhost
 // host). A refusal is a *PathError.
 func NativePath(s string) (string, error) {
-	if strings.HasPrefix(s, "file:") {
-		u, err := url.Parse(s)
+	if wire.IsFileURI(s) {
+		p, err := wire.ParseFileURI(s)
+		if ue := (*wire.FileURIError)(nil); errors.As(err, &ue) && ue.Host != "" {
+			return "", &PathError{Kind: PathForeignHost, Path: s, Host: ue.Host}
+		}
 		if err != nil {
 			return "", &PathError{Kind: PathBadURI, Path: s}
 		}
-		if u.Host != "" && u.Host != "localhost" {
-			return "", &PathError{Kind: PathForeignHost, Path: s, Host: u.Host}
-		}
-		s = u.Path
+		s = p
 	}
 	if !filepath.IsAbs(s) {
 		return "", &PathError{Kind: PathRelative, Path: s}
