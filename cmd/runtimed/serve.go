@@ -58,8 +58,9 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	slowConsumer := fs.Duration("slow-consumer-timeout", runtime.DefaultSlowConsumerTimeout, "close a websocket connection whose outbound queue makes no progress for this long (0: never)")
 	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible, else subreaper), subreaper (the daemon adopts and kills orphaned descendants) or pgroup (process groups only)")
 	nf := registerNetFlags(fs)
-	var origins, fsRoots stringList
+	var origins, fsRoots, netDeny stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
+	fs.Var(&netDeny, "network-deny", "a domain pattern (host, *.d, **.d) that no client's managed-network policy can allow (repeatable): the operator's floor")
 	fs.Var(&origins, "allowed-origin", "an Origin header value allowed to connect (repeatable; by default any request with an Origin is refused)")
 	setUsage(fs, stderr, "runtimed serve [--listen ws://IP:PORT | wss://IP:PORT | stdio://] [flags]", `
 Serves the runtimed protocol (docs/PROTOCOL.md). On websocket it prints the
@@ -110,6 +111,7 @@ pair. Operator's guide: docs/operations.md.`)
 		DefaultSandbox:  *defaultSandbox,
 		RequireSandbox:  *requireSandbox,
 		Metrics:         nf.metricsListen != "",
+		NetworkDeny:     netDeny,
 
 		DisableHTTPRequests: !*httpRequests,
 		MaxHTTPBodyBytes:    *httpMaxBody,
