@@ -143,6 +143,7 @@ type conn struct {
 	cur      curRequest          // the request being handled (metrics, logs)
 	lastSB   sandboxCache        // the last process/start.sandbox, parsed
 	gate     *inboundGate        // the transport's read gate (nil without inbound budgets); its state is the reader's
+	ask      *asker              // pending network/policyRequest, started with the first managed network
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -295,8 +296,11 @@ func (c *conn) readLoop() {
 		}
 		switch msg.Kind {
 		case wire.KindResponse:
-			c.latch(ReasonProtocol, errors.New("a client may not send responses"))
-			return
+			c.releaseInbound(inbound)
+			if !c.answer(msg) {
+				c.latch(ReasonProtocol, errors.New("a client may not send responses"))
+				return
+			}
 		case wire.KindNotification:
 			c.releaseInbound(inbound)
 			if !c.notification(msg) {
@@ -474,9 +478,14 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, serr)
 		return
 	}
+	netReq, nerr := c.networkRequest(&p)
+	if nerr != nil {
+		c.reply(msg.ID, nil, nerr)
+		return
+	}
 	req := StartRequest{
 		ID: p.ProcessID, Argv: p.Argv, Cwd: p.Cwd, Env: p.Env, TTY: p.TTY, PipeStdin: p.PipeStdin,
-		Sandbox: sb, Network: networkRequest(&p), Limits: LimitsFrom(p.Limits), Metadata: processMetadata(p.Metadata),
+		Sandbox: sb, Network: netReq, Limits: LimitsFrom(p.Limits), Metadata: processMetadata(p.Metadata),
 	}
 	if p.Arg0 != nil {
 		req.Arg0 = *p.Arg0

@@ -83,6 +83,18 @@
 // worker for deferred ones) and every error answer (a refusal by a limit
 // carries wire.Error.Limit). Implementations must not block.
 //
+// A start with a managed network (StartRequest.Network, process/start's
+// networkProxy) gets its own netproxy proxies before the child starts
+// (managednet.go): Config.NetPlacer places their listeners (nil on every host
+// until the sandbox can keep a command inside the namespace they are
+// placed in: such starts are refused), the child's environment names
+// them, and the child's waiter closes them right after the exit, before
+// the exit is reported. Each decision is counted ([Metrics.NetworkDecision]),
+// logged with the process id, and handed to a forwarder goroutine per
+// process that sends network/policyDecision; a connection's asker
+// goroutine (netask.go) owns its pending network/policyRequest (a request
+// from the server to the client) and the reader hands it the answers.
+//
 // # Failure semantics
 //
 // A connection latches one failure (context.WithCancelCause; the first
@@ -270,4 +282,10 @@
 //   - Stdin: writes go to the stdin writer through a bounded channel (64);
 //     further writes wait in the actor, each holding its requester's reply,
 //     so a child that does not read stdin slows only its writers.
+//   - Managed network: a process's decisions wait for its forwarder in a
+//     bounded queue (256); a full queue drops the notification and counts
+//     it (the decision was enforced, counted and logged). A connection
+//     holds at most 1024 pending network/policyRequest (mailbox 64); an
+//     ask beyond that, without an answer in time, or after the connection
+//     ended is a deny. The proxies' own bounds are netproxy.Limits.
 package actors

@@ -40,6 +40,14 @@ type Metrics interface {
 	Sessions(attached, detached int)
 	// SessionExpired: a detached session's TTL ran out.
 	SessionExpired()
+	// NetworkDecision: a command's managed-network proxy decided one
+	// destination ("allow" or "deny", by source: baseline_policy,
+	// mode_guard, decider).
+	NetworkDecision(decision, source string)
+	// NetworkEventsDropped: decisions not sent as network/policyDecision
+	// because the process's queue of them was full (a client that stopped
+	// reading); they were counted and logged all the same.
+	NetworkEventsDropped(n int)
 }
 
 // Reasons a process ended, as reported to [Metrics.ProcessExited].
@@ -69,16 +77,18 @@ func EndReason(limit string, timedOut, terminating bool) string {
 // NopMetrics discards every measurement (metrics off).
 type NopMetrics struct{}
 
-func (NopMetrics) ProcessStarted(time.Duration)  {}
-func (NopMetrics) SpawnFailed()                  {}
-func (NopMetrics) ProcessExited(string)          {}
-func (NopMetrics) OutputBytes(Stream, int)       {}
-func (NopMetrics) Evicted(int, int)              {}
-func (NopMetrics) Backpressure(time.Duration)    {}
-func (NopMetrics) Request(string, time.Duration) {}
-func (NopMetrics) RequestError(*wire.Error)      {}
-func (NopMetrics) Sessions(int, int)             {}
-func (NopMetrics) SessionExpired()               {}
+func (NopMetrics) ProcessStarted(time.Duration)   {}
+func (NopMetrics) SpawnFailed()                   {}
+func (NopMetrics) ProcessExited(string)           {}
+func (NopMetrics) OutputBytes(Stream, int)        {}
+func (NopMetrics) Evicted(int, int)               {}
+func (NopMetrics) Backpressure(time.Duration)     {}
+func (NopMetrics) Request(string, time.Duration)  {}
+func (NopMetrics) RequestError(*wire.Error)       {}
+func (NopMetrics) Sessions(int, int)              {}
+func (NopMetrics) SessionExpired()                {}
+func (NopMetrics) NetworkDecision(string, string) {}
+func (NopMetrics) NetworkEventsDropped(int)       {}
 
 func metricsOrNop(m Metrics) Metrics {
 	if m == nil {

@@ -77,6 +77,10 @@ type Spec struct {
 	// Metadata, if set, attributes the process to a thread and tool call;
 	// List shows it. Nil: none.
 	Metadata *Metadata
+	// Network, if set, gives the process a managed network: its only way
+	// out is a proxy enforcing this policy (see Network). Nil: the
+	// sandbox's network setting alone applies.
+	Network *Network
 }
 
 // envPolicy is the policy Start sends for spec: a nil Env without a

@@ -50,10 +50,13 @@ type reconnectedMsg struct{ t wire.Transport }
 type reconnectFailedMsg struct{ err error }
 type closeClientMsg struct{}
 type registerProcMsg struct {
-	id     string
-	attach bool // an open process of that id is returned, not refused
-	reply  chan<- *rproc
-	known  chan<- bool // attach only: whether the process was known already (sent before reply)
+	id string
+	// onDecision, if set, receives the process's network/policyDecision
+	// notifications (Spec.Network.OnDecision).
+	onDecision func(NetworkDecision)
+	attach     bool // an open process of that id is returned, not refused
+	reply      chan<- *rproc
+	known      chan<- bool // attach only: whether the process was known already (sent before reply)
 }
 type forgetProcMsg struct{ id string }
 type subscribeRemoteMsg struct {
@@ -258,6 +261,9 @@ func (st *clientState) run() {
 				continue
 			}
 			rp := &rproc{id: m.id, next: 1, done: make(chan struct{})}
+			if m.onDecision != nil {
+				rp.decisions = startDecisions(m.onDecision, rp.done)
+			}
 			st.procs[m.id] = rp
 			if m.attach {
 				m.known <- false

@@ -61,7 +61,11 @@ type rproc struct {
 	closedSeq  uint64
 	listeners  []chan actors.Event
 	done       chan struct{}
-	failure    error // the latched disconnect, or the process's *ProcessError
+	// decisions feeds Spec.Network.OnDecision (nil without one); the
+	// actor never waits on it: a full queue drops the decision for the
+	// callback (the server counted and logged it).
+	decisions chan<- NetworkDecision
+	failure   error // the latched disconnect, or the process's *ProcessError
 	// hist is the client's own history of the newest events (at most
 	// histBytes of output in histEvents events), from seq histFrom on,
 	// kept while the process runs and for histKeep after it closed. A
@@ -94,6 +98,17 @@ type rproc struct {
 
 func (st *clientState) notification(msg wire.Message) {
 	switch msg.Method {
+	case wire.NotifyNetworkPolicyDecision:
+		var n wire.PolicyDecisionParams
+		if json.Unmarshal(msg.Params, &n) != nil {
+			return
+		}
+		if rp := st.procs[n.ProcessID]; rp != nil && rp.decisions != nil {
+			select {
+			case rp.decisions <- decisionFromWire(n):
+			default:
+			}
+		}
 	case wire.NotifyProcessOutput:
 		var n wire.OutputNotification
 		if json.Unmarshal(msg.Params, &n) == nil {

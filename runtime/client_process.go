@@ -57,7 +57,11 @@ func (c *Client) Start(ctx context.Context, spec Spec) (Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	rp, err := c.register(ctx, registerProcMsg{id: spec.ID})
+	reg := registerProcMsg{id: spec.ID}
+	if spec.Network != nil {
+		reg.onDecision = spec.Network.OnDecision
+	}
+	rp, err := c.register(ctx, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -128,6 +132,10 @@ func startParams(spec Spec) (wire.StartParams, error) {
 	}
 	params.Limits = spec.Limits.wire()
 	params.Metadata = wireMetadata(spec.Metadata)
+	if spec.Network != nil {
+		params.NetworkProxy = spec.Network.wire()
+		params.EnforceManagedNetwork = true
+	}
 	return params, nil
 }
 

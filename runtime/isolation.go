@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/contain"
 	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/actors/sandbox"
@@ -30,11 +31,15 @@ const (
 // has stopped.
 type isolation struct {
 	osproc.Isolation
+	// net places managed-network proxies (Config.netPlacer: only tests
+	// set one; nil refuses managed networks and keeps the capability off).
+	net  actors.NetPlacer
 	once sync.Once
 }
 
 func newIsolation(cfg Config) *isolation {
 	iso := &isolation{}
+	iso.net = cfg.netPlacer
 	h, err := sandbox.Probe(os.TempDir())
 	if err != nil {
 		cfg.Logger.Warn("sandbox unavailable: sandboxed starts will be refused", zap.Error(err))

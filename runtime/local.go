@@ -78,6 +78,8 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 		Environment:     hostEnvironment(),
 		Capabilities:    capabilities(cfg, iso),
 		HTTP:            actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
+		NetworkDeny:     cfg.NetworkDeny,
+		NetPlacer:       iso.net,
 		CodexSystemDir:  cfg.CodexSystemDir,
 		Logger:          cfg.Logger,
 	}
@@ -102,6 +104,13 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	if p := spec.envPolicy(); p != nil {
 		req.EnvPolicy = &osproc.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
+	}
+	if spec.Network != nil {
+		n, err := localNetwork(spec.ID, spec.Network)
+		if err != nil {
+			return nil, err
+		}
+		req.Network = n
 	}
 	res, err := l.sup.Start(ctx, localOwner{l}, req)
 	if err != nil {

@@ -159,6 +159,16 @@ type Config struct {
 	// Metrics collects Prometheus metrics in a registry of this server's
 	// own, served by ObservabilityHandler (see docs/operations.md).
 	Metrics bool
+	// NetworkDeny is the operator's network floor: domain patterns (host,
+	// *.d, **.d; not "*") that no client's managed-network policy can
+	// allow (runtimed serve --network-deny).
+	NetworkDeny []string
+
+	// netPlacer places managed-network proxies (actors.Config.NetPlacer). No
+	// host sets it yet (the sandbox's network namespace will): only this
+	// package's tests do, with an unconfined loopback placer, to exercise
+	// the plumbing.
+	netPlacer actors.NetPlacer
 }
 
 // Validate reports configuration errors that NewServer would otherwise

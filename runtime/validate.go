@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"path"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/fsops"
+	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/actors/policy"
 	"github.com/runtimed/runtimed/wire"
 )
@@ -90,6 +92,11 @@ func (spec Spec) check(at string) error {
 	}
 	if err := envMap(at+".Env", spec.Env); err != nil {
 		return err
+	}
+	if spec.Network != nil {
+		if err := spec.Network.validate(); err != nil {
+			return err
+		}
 	}
 	if err := spec.EnvPolicy.check(at + ".EnvPolicy"); err != nil {
 		return err
@@ -434,6 +441,13 @@ func (c Config) validate() error {
 	}
 	if _, err := fsops.NewRoots(c.FsRoots); err != nil {
 		return invalid("Config.FsRoots", "%v", err)
+	}
+	for i, p := range c.NetworkDeny {
+		if err := netproxy.ParsePattern(p, false); err != nil {
+			var pe *netproxy.PatternError
+			errors.As(err, &pe)
+			return invalid(fmt.Sprintf("Config.NetworkDeny[%d]", i), "pattern %q: %s", p, pe.Reason)
+		}
 	}
 	switch c.DefaultSandbox {
 	case actors.FloorNone, actors.FloorReadOnly, actors.FloorWorkspaceWrite:

@@ -99,8 +99,11 @@ type StartParams struct {
 	EnforceManagedNetwork bool            `json:"enforceManagedNetwork"`
 	ManagedNetwork        *ManagedNetwork `json:"managedNetwork"`
 	// NetworkProxy asks the executor to launch a managed-network proxy
-	// (capability networkProxyLaunch); kept raw: runtimed refuses it.
+	// (capability networkProxyLaunch, section 7.5); parsed strictly by
+	// ParseNetworkProxy.
 	NetworkProxy json.RawMessage `json:"networkProxy"`
+	// PolicyDecisionTimeoutMs bounds a network/policyRequest (default 30 s).
+	PolicyDecisionTimeoutMs *uint64 `json:"policyDecisionTimeoutMs"`
 }
 
 // ProcessMetadata is process/start's optional attribution. Codex sends a

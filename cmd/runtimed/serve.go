@@ -61,8 +61,9 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible, else subreaper), subreaper (the daemon adopts and kills orphaned descendants) or pgroup (process groups only)")
 	stateDirFlag := fs.String("state-dir", "", "where process groups are recorded (subreaper and pgroup containment) so that a daemon started after this one died kills what it left (default: $RUNTIMED_STATE_DIR, $XDG_RUNTIME_DIR/runtimed or /tmp/runtimed-<uid>)")
 	nf := registerNetFlags(fs)
-	var origins, fsRoots stringList
+	var origins, fsRoots, netDeny stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
+	fs.Var(&netDeny, "network-deny", "a domain pattern (host, *.d, **.d) that no client's managed-network policy can allow (repeatable): the operator's floor")
 	fs.Var(&origins, "allowed-origin", "an Origin header value allowed to connect (repeatable; by default any request with an Origin is refused)")
 	setUsage(fs, stderr, "runtimed serve [--listen ws://IP:PORT | wss://IP:PORT | stdio://] [flags]", `
 Serves the runtimed protocol (docs/PROTOCOL.md). On websocket it prints the
@@ -113,6 +114,7 @@ pair. Operator's guide: docs/operations.md.`)
 		DefaultSandbox:  *defaultSandbox,
 		RequireSandbox:  *requireSandbox,
 		Metrics:         nf.metricsListen != "",
+		NetworkDeny:     netDeny,
 
 		DisableHTTPRequests: !*httpRequests,
 		MaxHTTPBodyBytes:    *httpMaxBody,
