@@ -103,6 +103,13 @@
 // of them exactly once: each forgets the subscriber and keeps retaining
 // output. The connection then hands its session to the registry: detached
 // for the detach TTL (websocket), or discarded at once (stdio, TTL 0).
+// The registry keeps each attached session's connection latch (its Done
+// channel): a resume that finds the session attached to a connection whose
+// latch fired is parked (one per session) until that connection detaches
+// it, ResumeDetachWait (2 s) at most, and then gets the table directly; a
+// live holder gets a 100 ms grace, then -32010. The parked resume is
+// answered even if its own connection ends meanwhile (that connection
+// then detaches what it was handed), so a session is never lost in flight.
 // Expiry and discard kill the session's processes (the kill path: SIGKILL
 // to each tree) and let their actors end once the ending was delivered.
 //
@@ -203,6 +210,14 @@
 //
 // # Backpressure
 //
+//   - Inbound requests (inbound.go): a message that outgrows 64 KiB waits,
+//     before the transport reads on, for the budget actor to admit it
+//     against Budgets.MaxInboundBytes and ConnInboundBytes (charged at the
+//     message limit while read, then its buffer until answered). The queue
+//     of waiting admissions holds at most one per connection, served in
+//     order; the reader waiting there reads nothing, so TCP or the pipe
+//     pushes back on the client. After InboundAdmitWait (a minute by
+//     default) the message is refused (-32011) and the rest of it dropped.
 //   - Requests into a process actor: bounded mailbox (64); senders wait,
 //     bounded by their ctx.
 //   - Output from the child: each read takes what is available up to 64

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"time"
 
 	"go.uber.org/zap"
@@ -151,17 +152,22 @@ type curRequest struct {
 	method   string
 	id       wire.ID
 	start    time.Time
-	deferred bool // answered later by a waiter or the fs worker, which observe it
+	deferred bool  // answered later by a waiter or the fs worker, which observe it
+	inbound  int64 // its charge to the inbound budget, returned once it is answered
 }
 
 // timedRequest handles a request and observes it, unless its answer was
 // deferred (then whoever answers observes it).
-func (c *conn) timedRequest(msg wire.Message) {
-	c.cur = curRequest{method: msg.Method, id: msg.ID, start: time.Now()}
+func (c *conn) timedRequest(msg wire.Message, inbound int64) {
+	c.cur = curRequest{method: msg.Method, id: msg.ID, start: time.Now(), inbound: inbound}
 	c.safeRequest(msg)
 	if !c.cur.deferred {
 		c.observeRequest(msg.Method, msg.ID, c.cur.start)
+		c.releaseInbound(inbound)
 	}
+	// msg.ID points into the message: kept here, it would pin the
+	// connection's last message (60 MB for a large one) until the next.
+	c.cur = curRequest{}
 }
 
 // deferObservation marks the current request as answered later and returns
@@ -169,5 +175,17 @@ func (c *conn) timedRequest(msg wire.Message) {
 func (c *conn) deferObservation() func() {
 	c.cur.deferred = true
 	r := c.cur
-	return func() { c.observeRequest(r.method, r.id, r.start) }
+	r.id = bytes.Clone(r.id) // not the message the id points into
+	return func() {
+		c.observeRequest(r.method, r.id, r.start)
+		c.releaseInbound(r.inbound)
+	}
+}
+
+// releaseInbound returns a request's inbound charge (any goroutine of the
+// connection; what is never returned returns when it ends).
+func (c *conn) releaseInbound(n int64) {
+	if n > 0 && c.gate != nil {
+		c.sup.inboundRelease(c.gate.key, n)
+	}
 }

@@ -219,7 +219,7 @@ func (st *clientState) run() {
 			c.cur.Store(nil)
 			st.core.Fail(m.err)
 			if !c.opts.Reconnect || c.dial == nil {
-				st.latch(fmt.Errorf("%w: %v", ErrDisconnected, m.err))
+				st.latch(fmt.Errorf("%w: %w", ErrDisconnected, m.err)) // a refused resume stays an *RPCError (ErrSessionGone)
 				return
 			}
 			c.log.Info("transport lost; reconnecting", zap.Error(m.err))
@@ -236,7 +236,7 @@ func (st *clientState) run() {
 			st.resume()
 		case reconnectFailedMsg:
 			st.reconnecting = false
-			st.latch(fmt.Errorf("%w: %v", ErrDisconnected, m.err))
+			st.latch(fmt.Errorf("%w: %w", ErrDisconnected, m.err)) // a refused resume stays an *RPCError (ErrSessionGone)
 			return
 		case closeClientMsg:
 			if !st.reconnecting {

@@ -251,6 +251,7 @@ func (p *remoteProcess) Read(ctx context.Context, opts ReadOptions) (ReadResult,
 	out := ReadResult{NextSeq: res.NextSeq, Exited: res.Exited, Closed: res.Closed, Chunks: make([]Chunk, len(res.Chunks))}
 	if res.ExitCode != nil {
 		out.ExitCode = *res.ExitCode
+		out.Status = exitStatus(out.ExitCode, wireSignal(res.ExitSignal), res.Limit)
 	}
 	for i, ch := range res.Chunks {
 		out.Chunks[i] = Chunk{Seq: ch.Seq, Stream: Stream(ch.Stream), Data: ch.Chunk}
@@ -264,7 +265,7 @@ func (p *remoteProcess) Wait(ctx context.Context) (ExitStatus, error) {
 		if p.rp.failure != nil {
 			return ExitStatus{}, p.rp.failure
 		}
-		return ExitStatus{Code: p.rp.exitCode, Limit: p.rp.limit}, nil
+		return exitStatus(p.rp.exitCode, p.rp.exitSignal, p.rp.limit), nil
 	case <-ctx.Done():
 		return ExitStatus{}, ctx.Err()
 	}

@@ -322,6 +322,9 @@ func (p *localProcess) Read(ctx context.Context, opts ReadOptions) (ReadResult, 
 		return ReadResult{}, p.actorErr(err)
 	}
 	out := ReadResult{NextSeq: r.NextSeq, Exited: r.Exited, ExitCode: r.ExitCode, Closed: r.Closed, Chunks: make([]Chunk, len(r.Chunks))}
+	if r.Exited {
+		out.Status = exitStatus(r.ExitCode, r.ExitSignal, r.Limit)
+	}
 	for i, c := range r.Chunks {
 		out.Chunks[i] = Chunk{Seq: c.Seq, Stream: Stream(c.Stream.String()), Data: c.Data}
 	}
@@ -334,7 +337,7 @@ func (p *localProcess) Wait(ctx context.Context) (ExitStatus, error) {
 		if f := p.failure(); f != nil {
 			return ExitStatus{}, f
 		}
-		return ExitStatus{Code: p.ref.ExitCode(), Limit: p.ref.Limit()}, nil
+		return exitStatus(p.ref.ExitCode(), p.ref.ExitSignal(), p.ref.Limit()), nil
 	case <-ctx.Done():
 		return ExitStatus{}, ctx.Err()
 	}

@@ -416,6 +416,18 @@ func (c Config) validate() error {
 			return invalid("Config."+f.name, "must not be negative (0 means the default), got %d", f.v)
 		}
 	}
+	msgLimit := int64(c.MaxMessageBytes)
+	if msgLimit == 0 {
+		msgLimit = DefaultMaxMessageBytes
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"MaxInboundBytes", c.MaxInboundBytes}, {"ConnInboundBytes", c.ConnInboundBytes}} {
+		if f.v > 0 && f.v < msgLimit {
+			return invalid("Config."+f.name, "must be at least MaxMessageBytes (%d): a message being read is charged that much, got %d", msgLimit, f.v)
+		}
+	}
 	if c.MaxOpenFiles > 0 && c.FDReserve >= c.MaxOpenFiles {
 		return invalid("Config.FDReserve", "must be below MaxOpenFiles (%d), got %d", c.MaxOpenFiles, c.FDReserve)
 	}
