@@ -58,7 +58,7 @@ func eventSize(ev Event) int {
 	case EventMessage:
 		return len(ev.Data)
 	}
-	return 128 + len(ev.ProcessID)
+	return 160 + len(ev.ProcessID) + len(ev.Limit)
 }
 
 // lazyResponse reports whether a result is large enough to be encoded by
@@ -168,7 +168,7 @@ func encodeEvent(dst []byte, ev Event) []byte {
 	case EventOutput:
 		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
 	case EventExited:
-		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.Limit)
+		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.ExitSignal, ev.Limit)
 	case EventMessage:
 		return append(dst, ev.Data...)
 	case EventFailed:

@@ -18,6 +18,7 @@ const TimeoutExitCode = 124
 
 // keep is what a process actor keeps with its child beyond the Spec.
 type keep struct {
-	timeout  time.Duration // > 0: killed after this long
-	metadata *Metadata     // ProcessRef.Metadata
+	timeout  time.Duration   // > 0: killed after this long
+	metadata *Metadata       // ProcessRef.Metadata
+	network  *ManagedNetwork // started before the child (managednet.go); nil: none
 }

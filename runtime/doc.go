@@ -140,7 +140,12 @@
 // within ReconnectWindow, re-initializes with the session id, catches each
 // open process up with process/read from its last delivered seq, and
 // resends unanswered requests (writes keep their writeId, so the server
-// applies each once). Only if that fails does it latch. Against a runtimed
+// applies each once). Only if that fails does it latch. A resume the server
+// refuses because it no longer has the session (its detach TTL ran out, it
+// restarted) latches an error matching both ErrDisconnected and
+// [ErrSessionGone], with the server's [*RPCError] in its chain; Dial with
+// ClientOptions.ResumeSessionID returns the same; a server that cannot be
+// reached gives ErrDisconnected (or the dial error) without ErrSessionGone. Against a runtimed
 // server (capability runtimedOutputAck) the client acknowledges the output
 // it receives (process/ack, every 128 KiB and 20 ms after the last), so the
 // server keeps what was in flight at a drop and the catch-up is lossless at
@@ -161,6 +166,21 @@
 // sees every event from seq 1 even if the process was already forgotten
 // (Local registers its first subscriber's queue at spawn; a Client keeps
 // its own history, below).
+//
+// A runtime that dies without shutting down (runtimed serve killed with
+// SIGKILL, an embedding program that crashed or called os.Exit) leaves its
+// process trees running, reparented to pid 1: nothing of the dead process
+// can stop them. Each tree stays findable: in its cgroup (the default
+// containment where the host allows it; a cgroup holds every descendant)
+// or, with subreaper and process-group containment, by the record of its
+// process group in Config.StateDir. The next NewServer or NewLocal on the
+// machine (same user, same cgroup, same StateDir) kills what runtimes of
+// processes no longer running left, logs each tree (pid of the dead
+// runtime, cgroup or record, pids killed), and removes their directories;
+// a program that wants this at start-up without a runtime calls
+// [ReclaimOrphans]. Not found after a crash: with process-group
+// containment, descendants that left the group (setsid); runtimes of live
+// processes are never touched.
 //
 // Supervisor: a lost backend is not an exit. A service whose Start or
 // Wait fails with ErrDisconnected or ErrClosed is [ServiceLost] (its

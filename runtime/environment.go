@@ -52,6 +52,11 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 		// root-metadata symlink targets under approved root writes are not
 		// verified here.
 		c.LinuxRootWritePreservesDevices = c.RuntimedSandbox
+		// A managed network only where the sandbox places the proxies as
+		// the command's only way out (Config.NetPlacer); never advertised
+		// otherwise.
+		c.NetworkProxyLaunch = iso.net != nil
+		c.NetworkProxyReviewDomains = c.NetworkProxyLaunch
 		if iso.Contain != nil {
 			c.RuntimedTreeContainment = iso.Contain.Mode() != contain.ModePgroup
 			c.RuntimedLimits = iso.Contain.LimitsOnTree()

@@ -115,6 +115,13 @@
 // connection's writer calls whenever its queues are empty, so bursts of
 // small messages share system calls.
 //
+// Inbound, a transport given a [ReadGate] (SetReadGate) asks it once per
+// message that outgrows LargeReadBytes, before reading on; while the gate
+// waits nothing is read (TCP or pipe backpressure on the peer). A refused
+// message is read to its end into nothing and reported as a
+// [*ReadRefusedError] holding its first bytes (ScanID finds the id); the
+// transport stays usable. A read buffer grows by doubling.
+//
 // The client core's handlers run on the reading goroutine: a slow handler
 // stops the reading, so the transport (and behind it the server's
 // outbound queue and slow-consumer rule) holds what follows; no message
