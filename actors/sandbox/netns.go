@@ -1,12 +1,18 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
 )
+
+// ErrNetNSUnsupported: a Plan.NetNS for a start that is not sandboxed at
+// the namespaces level (no policy, or --sandbox-level landlock), which
+// could not keep the command in that namespace.
+var ErrNetNSUnsupported = errors.New("sandbox: a start in a given network namespace needs a policy at the namespaces level")
 
 // NetNS is an empty network namespace (loopback up) made before a start,
 // so that its caller can place listeners inside it (the managed network's
