@@ -44,8 +44,17 @@ type NetListeners struct {
 // loopback, not an abstract socket: Landlock scopes abstract sockets to
 // the sandbox's domain, so a proxy bound from outside could not be
 // reached.)
-func NamespacePlacer(socks bool) (*NetListeners, error) {
-	ns, err := sandbox.NewNetNS()
+func NamespacePlacer(socks bool) (*NetListeners, error) { return placeIn(sandbox.NewNetNS, socks) }
+
+// HostPlacer is NamespacePlacer taking h's namespace made ahead when one
+// is ready (Host.NetNS), which keeps the namespace's creation off the
+// start's path.
+func HostPlacer(h *sandbox.Host) NetPlacer {
+	return func(socks bool) (*NetListeners, error) { return placeIn(h.NetNS, socks) }
+}
+
+func placeIn(newNS func() (*sandbox.NetNS, error), socks bool) (*NetListeners, error) {
+	ns, err := newNS()
 	if err != nil {
 		return nil, err
 	}

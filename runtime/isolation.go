@@ -31,7 +31,7 @@ const (
 // has stopped.
 type isolation struct {
 	osproc.Isolation
-	// net places managed-network proxies: actors.NamespacePlacer where
+	// net places managed-network proxies: actors.HostPlacer where
 	// the namespaces level is enforced (the command's empty network
 	// namespace is then the proxies' only reach); tests may set
 	// Config.netPlacer. Nil refuses managed networks and keeps the
@@ -63,7 +63,7 @@ func newIsolation(cfg Config) *isolation {
 		}
 		log("sandbox", zap.String("level", string(h.EnforcedLevel())), zap.String("enforces", h.Summary()))
 		if iso.net == nil && h.EnforcedLevel() == sandbox.LevelNamespaces {
-			iso.net = actors.NamespacePlacer
+			iso.net = actors.HostPlacer(h)
 		}
 	}
 	want := contain.ModeCgroup2
