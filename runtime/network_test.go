@@ -167,7 +167,9 @@ func openFDs(t *testing.T) int {
 // network cut by its policy) in its empty network namespace reaches an
 // allowed host only through the proxy (200), a denied one gets the
 // reference's 403, and a direct TCP connection (itself, a grandchild,
-// Python's sockets), UDP and a raw socket all fail; the decisions arrive;
+// Python's sockets), UDP, a raw socket and joining the host's network
+// namespace through pid 1 (the sandbox's init, which stays there) all
+// fail; the decisions arrive;
 // the proxies and the namespace are gone with the command (goleak in
 // TestMain, descriptors counted).
 func TestManagedNetworkEnforced(t *testing.T) {
@@ -196,6 +198,7 @@ for h in not.allowed.test x.denied.test; do curl -s -m 10 -D - -o /dev/null http
 curl -s -m 5 --noproxy '*' -o /dev/null -w 'direct=%{http_code}' http://127.0.0.1:` + port + `/; echo
 sh -c "sh -c 'curl -s -m 5 --noproxy \"*\" -o /dev/null -w grandchild=%{http_code} http://127.0.0.1:` + port + `/'"; echo
 "$PY" -c "$PROBE"
+nsenter --net=/proc/1/ns/net true 2>/dev/null && echo nsenter=joined || echo nsenter=refused
 echo "$HTTP_PROXY"`
 	for _, bc := range []struct {
 		name string
@@ -226,8 +229,8 @@ echo "$HTTP_PROXY"`
 			}
 			lines, ds := run()
 			want := []string{"hi", "http/1.1 403 forbidden x-proxy-error: blocked-by-allowlist ", "http/1.1 403 forbidden x-proxy-error: blocked-by-denylist ",
-				"direct=000", "grandchild=000", "tcp=111 ext=101 udp=101 raw=1"}
-			if len(lines) != 7 || !slices.Equal(lines[:6], want) || !strings.HasPrefix(lines[6], "http://127.0.0.1:") {
+				"direct=000", "grandchild=000", "tcp=111 ext=101 udp=101 raw=1", "nsenter=refused"}
+			if len(lines) != 8 || !slices.Equal(lines[:7], want) || !strings.HasPrefix(lines[7], "http://127.0.0.1:") {
 				t.Fatalf("inside the managed network:\n got %q\nwant %q + HTTP_PROXY", lines, want)
 			}
 			if len(ds) != 3 || !ds[0].Allow || ds[0].Host != "127.0.0.1" || ds[1].Allow || ds[1].Host != "not.allowed.test" ||
