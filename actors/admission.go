@@ -65,6 +65,9 @@ type StartRequest struct {
 	Timeout time.Duration // > 0: killed after this long (exit code TimeoutExitCode)
 	// Metadata is kept with the process (process/list).
 	Metadata *Metadata
+	// Who started it (token name, client, session), for process/list and
+	// the audit log; nil: unknown (the Go API).
+	Who *Who
 
 	// Delivery, not checked: Subscriber, if its Out is set, receives live
 	// events from seq 1; Listen > 0 registers a lag-mode listener of that
@@ -226,7 +229,7 @@ func (e *StartError) Wire() *wire.Error {
 // A failure is a *StartError naming the step and field; decoding the
 // request (its JSON, the sandbox's schema) is the front end's and comes
 // before. ctx bounds only the wait for the budget actor.
-func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (StartResult, error) {
+func (s *Supervisor) admit(ctx context.Context, owner Owner, req StartRequest) (StartResult, error) {
 	refuse := func(c Check, field string, err error) (StartResult, error) {
 		return StartResult{}, &StartError{Check: c, Field: field, Err: err}
 	}
@@ -313,7 +316,7 @@ func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (
 		cp := req.Subscriber // on the heap only for a start that gets this far
 		sub = &cp
 	}
-	ref, check, err := s.spawnCharged(ctx, id, spec, keep{timeout: req.Timeout, metadata: req.Metadata}, sub, live, active)
+	ref, check, err := s.spawnCharged(ctx, id, spec, keep{timeout: req.Timeout, metadata: req.Metadata, who: req.Who}, sub, live, active)
 	if err != nil {
 		return refuse(check, "", err)
 	}

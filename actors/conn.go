@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/runtimed/runtimed/actors/audit"
 	"github.com/runtimed/runtimed/actors/fsops"
 	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
@@ -84,6 +85,13 @@ type ConnOptions struct {
 	// MaxMessageBytes is the transport's inbound limit, quoted in the
 	// answer to a message over it (0: wire.DefaultMaxMessageBytes).
 	MaxMessageBytes int
+	// TokenName is the name of the bearer token the connection presented
+	// ("" without auth), Peer its remote address and ConnID the server's
+	// number for it: they go with its session into logs, process/list and
+	// the audit log.
+	TokenName string
+	Peer      string
+	ConnID    uint64
 }
 
 type handshake uint8
@@ -142,6 +150,8 @@ type conn struct {
 	httpm    *httpManager        // the http manager, started on the first http/request
 	cur      curRequest          // the request being handled (metrics, logs)
 	lastSB   sandboxCache        // the last process/start.sandbox, parsed
+	// clientName is initialize's clientName (owned by the reader).
+	clientName string
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -155,6 +165,7 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 	}
 	release, err := s.AcquireConnection(ctx)
 	if err != nil {
+		s.audit.Audit(audit.Event{Type: audit.Refused, Check: "budget (connection)", Token: opts.TokenName, Peer: opts.Peer, Conn: opts.ConnID, Reason: err.Error()})
 		refuse(ctx, t, err)
 		return err
 	}
@@ -187,6 +198,7 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		apps:      make(map[string]*appProc),
 	}
 	c.wtok <- struct{}{}
+	s.audit.Audit(c.auditEvent(audit.ConnOpen))
 	// The queue goroutine is started by the reader before the first request
 	// that can produce output from another goroutine (outbound); until then
 	// the reader is the only writer and always finds the write token free.
@@ -226,7 +238,16 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 			ttl = s.cfg.DetachTTL
 		}
 		s.DetachSession(context.Background(), c.session, ttl)
+		e := c.auditEvent(audit.SessionDetach)
+		if ttl == 0 {
+			e.Type = audit.SessionEnd
+		}
+		e.Reason = fmt.Sprint(cause)
+		s.audit.Audit(e)
 	}
+	ce := c.auditEvent(audit.ConnClose)
+	ce.Reason = fmt.Sprint(cause)
+	s.audit.Audit(ce)
 	c.log.Debug("connection ended", zap.Error(cause))
 	return cause
 }
@@ -428,6 +449,12 @@ func (c *conn) initialize(msg wire.Message) {
 	}
 	c.session = table
 	c.hs = hsInitialized
+	c.clientName = p.ClientName
+	if p.ResumeSessionID != nil && *p.ResumeSessionID != "" {
+		c.sup.audit.Audit(c.auditEvent(audit.SessionResume))
+	} else {
+		c.sup.audit.Audit(c.auditEvent(audit.SessionCreate))
+	}
 	if c.log.Core().Enabled(zap.DebugLevel) {
 		c.log = c.log.With(zap.String("session_id", table.ID)) // (a logger with fields costs ~1 KiB per connection)
 	}
@@ -464,6 +491,7 @@ func (c *conn) start(msg wire.Message) {
 		req.EnvPolicy = &osproc.EnvPolicy{Inherit: e.Inherit, IgnoreDefaultExcludes: e.IgnoreDefaultExcludes, Exclude: e.Exclude, Set: e.Set, IncludeOnly: e.IncludeOnly}
 	}
 	req.Subscriber = c.subscriber()
+	req.Who = c.who()
 	res, err := c.sup.Start(context.Background(), sessionOwner{c}, req) // as before: a start is not cut short by the connection's end
 	if err != nil {
 		c.reply(msg.ID, nil, startWireError(err))
@@ -555,6 +583,9 @@ func (c *conn) fsRequest(msg wire.Message, w *fsops.Worker) (ok bool) {
 	}
 	c.reply(msg.ID, res, ferr)
 	c.observeRequest(msg.Method, msg.ID, start)
+	if ferr == nil {
+		c.auditFs(msg)
+	}
 	return true
 }
 

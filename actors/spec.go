@@ -20,4 +20,5 @@ const TimeoutExitCode = 124
 type keep struct {
 	timeout  time.Duration // > 0: killed after this long
 	metadata *Metadata     // ProcessRef.Metadata
+	who      *Who          // ProcessRef.TokenName, the audit log
 }

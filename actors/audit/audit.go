@@ -91,7 +91,7 @@ type Options struct {
 
 // Log is an audit log.
 //
-// Owned by run: f, w, failures. Immutable: path, opts, q, reopen, done,
+// Owned by run: f, lastWarn, reported. Immutable: path, opts, q, reopen, done,
 // stop. dropped and written are atomic.
 type Log struct {
 	path    string
@@ -107,6 +107,7 @@ type Log struct {
 
 	f        io.WriteCloser
 	lastWarn time.Time
+	reported uint64 // drops already logged
 }
 
 // ErrClosed is returned by Reopen after Close.
@@ -249,6 +250,10 @@ func (l *Log) write(e Event) {
 		return
 	}
 	l.written.Add(1)
+	if d := l.dropped.Load(); d > l.reported && (l.lastWarn.IsZero() || time.Since(l.lastWarn) > time.Minute) {
+		l.lastWarn, l.reported = time.Now(), d
+		l.opts.Logger.Warn("audit events were dropped (queue full: the sink is slower than the events)", zap.String("path", l.path), zap.Uint64("dropped", d))
+	}
 }
 
 func (l *Log) fail(err error) {
@@ -256,6 +261,7 @@ func (l *Log) fail(err error) {
 	now := time.Now()
 	if l.lastWarn.IsZero() || now.Sub(l.lastWarn) > time.Minute {
 		l.lastWarn = now
+		l.reported = l.dropped.Load()
 		l.opts.Logger.Warn("audit log write failed; events are dropped and counted", zap.String("path", l.path), zap.Error(err), zap.Uint64("dropped", l.dropped.Load()))
 	}
 }
