@@ -20,6 +20,13 @@ type Auditor interface {
 	Audit(e audit.Event)
 }
 
+// Watcher learns of every process Start starts, with its start event (the
+// web console); it must not block. It follows the process through the
+// ref (Subscribe: a lag-mode subscriber that never holds the process back).
+type Watcher interface {
+	Started(ref *ProcessRef, e audit.Event)
+}
+
 type nopAuditor struct{}
 
 func (nopAuditor) Audit(audit.Event) {}
@@ -55,7 +62,7 @@ func (r *ProcessRef) TokenName() string {
 // audits the start or its refusal.
 func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (StartResult, error) {
 	res, err := s.admit(ctx, owner, req)
-	if _, nop := s.audit.(nopAuditor); nop {
+	if _, nop := s.audit.(nopAuditor); nop && s.cfg.Watch == nil {
 		return res, err
 	}
 	if err != nil {
@@ -75,7 +82,11 @@ func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (
 	e := startEvent(audit.ProcessStart, &req)
 	e.PID = res.Ref.pid
 	e.Sandbox = sandboxSummary(req.Sandbox, res.Sandboxed, s.cfg.DefaultSandbox)
+	e.Time = time.Now().UTC()
 	s.audit.Audit(e)
+	if s.cfg.Watch != nil {
+		s.cfg.Watch.Started(res.Ref, e)
+	}
 	return res, err
 }
 

@@ -62,6 +62,8 @@ type Config struct {
 	Metrics Metrics
 	// Audit receives audit events (nil: none are raised).
 	Audit Auditor
+	// Watch learns of every process started through Start (nil: none).
+	Watch Watcher
 }
 
 // HTTPConfig configures http/request.

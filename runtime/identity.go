@@ -147,3 +147,45 @@ func registerAuditMetrics(reg *prometheus.Registry, a Auditor) {
 		Help: "Audit events lost: the queue was full (a stalled sink) or the write failed (a full disk)."},
 		func() float64 { return float64(d.Dropped()) }))
 }
+
+// Watcher learns of every started process (see actors.Watcher).
+type Watcher = actors.Watcher
+
+// ProcessRef is a handle on a running process's actor (see actors.ProcessRef).
+type ProcessRef = actors.ProcessRef
+
+// TeeAuditor sends every event to each non-nil auditor.
+func TeeAuditor(as ...Auditor) Auditor {
+	var out tee
+	for _, a := range as {
+		if a != nil {
+			out = append(out, a)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
+		return out[0]
+	}
+	return out
+}
+
+type tee []Auditor
+
+// Dropped sums the drops of the auditors that count them.
+func (t tee) Dropped() uint64 {
+	var n uint64
+	for _, a := range t {
+		if d, ok := a.(interface{ Dropped() uint64 }); ok {
+			n += d.Dropped()
+		}
+	}
+	return n
+}
+
+func (t tee) Audit(e audit.Event) {
+	for _, a := range t {
+		a.Audit(e)
+	}
+}

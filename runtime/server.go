@@ -107,6 +107,9 @@ type Config struct {
 	Tokens TokenSource
 	// Audit, if set, receives audit events (runtimed serve --audit-log).
 	Audit Auditor
+	// Watch, if set, learns of every process a client starts (the web
+	// console, runtimed serve --console-listen).
+	Watch Watcher
 	// AllowedOrigins lists Origin header values that may connect (none
 	// empty). Any other request carrying an Origin header is refused with
 	// 403; nil: every request with an Origin is.
@@ -245,6 +248,7 @@ func NewServer(cfg Config) *Server {
 		scfg.Metrics = metrics
 		byToken = newTokenCounter(metrics.reg)
 	}
+	scfg.Watch = cfg.Watch
 	var aud Auditor = nopAudit{}
 	if cfg.Audit != nil {
 		aud, scfg.Audit = cfg.Audit, cfg.Audit

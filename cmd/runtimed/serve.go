@@ -59,6 +59,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	slowConsumer := fs.Duration("slow-consumer-timeout", runtime.DefaultSlowConsumerTimeout, "close a websocket connection whose outbound queue makes no progress for this long (0: never)")
 	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible, else subreaper), subreaper (the daemon adopts and kills orphaned descendants) or pgroup (process groups only)")
 	nf := registerNetFlags(fs)
+	nf.console = registerConsoleFlags(fs)
 	var origins, fsRoots stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
 	fs.Var(&origins, "allowed-origin", "an Origin header value allowed to connect (repeatable; by default any request with an Origin is refused)")
@@ -120,6 +121,7 @@ pair, the --auth-token-file tokens and reopens --audit-log. Operator's guide: do
 		OutboundQueueBytes:  *outboundQueue,
 		SlowConsumerTimeout: nonZero(*slowConsumer),
 	}
+	nf.console.setup(&cfg, idn, log)
 	if *supervise != "" {
 		svcs, err := runtime.LoadServices(*supervise)
 		if err != nil {
@@ -169,6 +171,10 @@ pair, the --auth-token-file tokens and reopens --audit-log. Operator's guide: do
 
 	switch {
 	case *listen == "stdio" || *listen == "stdio://":
+		if nf.console.listen != "" {
+			fmt.Fprintln(stderr, "runtimed serve: --console-listen applies to a websocket --listen, not stdio")
+			return 2
+		}
 		if msg := nf.check(nil, false, false, true); msg != "" {
 			fmt.Fprintln(stderr, "runtimed serve:", msg)
 			return 2
@@ -243,6 +249,14 @@ func serveWS(ctx context.Context, cfg runtime.Config, listen string, nf *netFlag
 		return 2
 	}
 	defer obs.close()
+	stopConsole, err := nf.console.start(tlsConfig, cfg.AuthToken != "" || cfg.Tokens != nil, nf.insecureListen, stdout, stderr, log)
+	if err != nil {
+		_ = l.Close()
+		_ = srv.Close()
+		fmt.Fprintf(stderr, "runtimed serve: %v\n", err)
+		return 2
+	}
+	defer stopConsole()
 	var ln net.Listener = l
 	url := "ws://" + l.Addr().String()
 	if secure {
