@@ -123,7 +123,7 @@ func (c *Console) Handler() http.Handler {
 		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
-		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Referrer-Policy", "same-origin") // no-referrer would make a form's Origin "null"
 		h.Set("Cache-Control", "no-store")
 		c.mux.ServeHTTP(w, r)
 	})
@@ -179,6 +179,9 @@ func (c *Console) authed(f authedFunc) http.HandlerFunc {
 // sameOrigin: a state-changing request must come from the console's own
 // pages: its Origin is this host, or the browser says same-origin.
 func sameOrigin(r *http.Request) bool {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
+		return false
+	}
 	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
 		return err == nil && u.Host == r.Host
@@ -402,13 +405,19 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request, who string) {
 				return
 			}
 		}
-		for ev := range sub.Live {
-			if !c.sendEvent(ctx, ws, ev, &after) {
+	live:
+		for {
+			select {
+			case ev, ok := <-sub.Live:
+				if !ok {
+					break live
+				}
+				if !c.sendEvent(ctx, ws, ev, &after) {
+					return
+				}
+			case <-ctx.Done(): // the page went away
 				return
 			}
-		}
-		if ctx.Err() != nil {
-			return
 		}
 		select {
 		case <-ref.Closed():
