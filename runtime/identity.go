@@ -16,6 +16,7 @@ import (
 // actors/tokens' Store, reloadable on SIGHUP, implements it). It must be
 // safe for concurrent use.
 type TokenSource interface {
+	// Lookup returns the name of the presented token, or ok false.
 	Lookup(presented string) (name string, ok bool)
 }
 
