@@ -272,11 +272,18 @@ func (c *Console) list(w http.ResponseWriter, r *http.Request, _ string) {
 	now := time.Now()
 	type out struct {
 		row
-		AgeMs int64 `json:"ageMs"`
+		AgeMs      int64    `json:"ageMs"`
+		RSSBytes   *int64   `json:"rssBytes,omitempty"`   // running: the process's resident memory
+		CPUSeconds *float64 `json:"cpuSeconds,omitempty"` // running: its user+system CPU time
 	}
 	res := make([]out, len(rows))
 	for i, r := range rows {
 		res[i] = out{row: r, AgeMs: now.Sub(r.Started).Milliseconds()}
+		if r.State == "running" {
+			if rss, cpu, ok := procUsage(r.PID); ok {
+				res[i].RSSBytes, res[i].CPUSeconds = &rss, &cpu
+			}
+		}
 	}
 	writeJSON(w, map[string]any{"processes": res, "eventsLost": c.hub.dropped.Load()})
 }

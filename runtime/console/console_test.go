@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -108,5 +109,15 @@ func TestRefusals(t *testing.T) {
 	delete(auth, "Origin")
 	if res := do("POST", "/api/processes/1/terminate", auth, ""); res.StatusCode != 403 {
 		t.Errorf("terminate without Origin: %d", res.StatusCode)
+	}
+}
+
+func TestProcUsageOfSelf(t *testing.T) {
+	rss, _, ok := procUsage(os.Getpid())
+	if !ok || rss <= 0 {
+		t.Fatalf("procUsage(self) = %d, %v", rss, ok)
+	}
+	if _, _, ok := procUsage(0); ok {
+		t.Fatal("pid 0 read")
 	}
 }

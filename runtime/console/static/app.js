@@ -28,7 +28,10 @@ async function refresh() {
     td(tr, p.token); td(tr, p.client); td(tr, p.processId);
     td(tr, (p.argv || []).join(" "), "argv");
     td(tr, p.state + (p.tty ? " (pty)" : ""), "state");
-    td(tr, p.sandbox); td(tr, limits(p.limits)); td(tr, age(p.ageMs));
+    td(tr, p.sandbox); td(tr, limits(p.limits));
+    td(tr, p.rssBytes == null ? "" : (p.rssBytes / 1048576).toFixed(1) + " MiB");
+    td(tr, p.cpuSeconds == null ? "" : p.cpuSeconds.toFixed(2) + " s");
+    td(tr, age(p.ageMs));
     td(tr, p.state === "exited" ? p.bytesOut : "");
     td(tr, p.exitCode == null ? "" : p.exitCode + (p.limit ? " (" + p.limit + ")" : ""), "exit");
     rows.push(tr);
