@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/actors/policy"
 	"github.com/runtimed/runtimed/actors/sandbox"
@@ -82,6 +83,14 @@ type NetworkRequest struct {
 	LaunchProxy bool // networkProxy: launch a proxy here
 	Enforce     bool // enforceManagedNetwork
 	Managed     bool // managedNetwork was given
+	// Proxy is networkProxy as the front end parsed it (nil: none), and
+	// TimeoutMs the start's top-level policyDecisionTimeoutMs.
+	Proxy     *wire.NetworkProxy
+	TimeoutMs *uint64
+	// Notify receives the proxies' decisions; Ask, if set, is asked about
+	// uncovered hosts when the start asks for review (PROTOCOL.md 7.5).
+	Notify func(netproxy.Event)
+	Ask    netproxy.AskFunc
 }
 
 // StartResult is an admitted and started process.
@@ -299,8 +308,16 @@ func (s *Supervisor) admit(ctx context.Context, owner Owner, req StartRequest) (
 		}
 		spec.Sandbox = p
 	}
-	if field, werr := managedNetworkError(req.Network, spec.Sandbox != nil); werr != nil {
+	ns, field, werr := managedNetwork(req.Network, spec.Sandbox != nil, s.cfg.NetworkDeny, s.cfg.NetPlacer != nil)
+	if werr != nil {
 		return refuse(CheckNetwork, field, werr)
+	}
+	var mn *ManagedNetwork
+	if ns != nil {
+		mn = &ManagedNetwork{Spec: ns, ProcessID: req.ID, Notify: req.Network.Notify}
+		if ns.Review {
+			mn.Ask = req.Network.Ask
+		}
 	}
 	owner.Spawning()
 	id := req.ID
@@ -316,7 +333,7 @@ func (s *Supervisor) admit(ctx context.Context, owner Owner, req StartRequest) (
 		cp := req.Subscriber // on the heap only for a start that gets this far
 		sub = &cp
 	}
-	ref, check, err := s.spawnCharged(ctx, id, spec, keep{timeout: req.Timeout, metadata: req.Metadata, who: req.Who}, sub, live, active)
+	ref, check, err := s.spawnCharged(ctx, id, spec, keep{timeout: req.Timeout, metadata: req.Metadata, network: mn, who: req.Who}, sub, live, active)
 	if err != nil {
 		return refuse(check, "", err)
 	}

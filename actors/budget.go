@@ -32,6 +32,15 @@ type Budgets struct {
 	MaxOutboundBytes int64
 	// OutboundQueueBytes is one connection's outbound queue budget.
 	OutboundQueueBytes int
+	// MaxInboundBytes bounds the bytes of requests being read, decoded
+	// or handled server-wide, ConnInboundBytes those of one connection; a
+	// message being read counts at the message limit once it outgrows
+	// wire.LargeReadBytes (inbound.go). Each is at least the message limit.
+	MaxInboundBytes  int64
+	ConnInboundBytes int64
+	// InboundAdmitWait bounds a large message's wait for the inbound
+	// budgets before it is refused (0: DefaultInboundAdmitWait).
+	InboundAdmitWait time.Duration
 	// SlowConsumerTimeout closes a websocket connection whose outbound
 	// queue makes no progress for this long (0: never).
 	SlowConsumerTimeout time.Duration
@@ -136,6 +145,8 @@ func (usageMsg) isBudgetMsg()   {}
 type BudgetUsage struct {
 	Connections, Processes, OpenFiles int
 	RetainedBytes, OutboundBytes      int64
+	InboundBytes                      int64 // requests being read or handled (inbound.go)
+	InboundWaiting                    int   // large messages waiting for the inbound budgets
 }
 
 type boundProc struct {
@@ -146,7 +157,8 @@ type boundProc struct {
 
 // budgets is the budget actor.
 //
-// Immutable: lim, mbox, done. Owned by run: used, bound, sinceSweep.
+// Immutable: lim, mbox, done. Owned by run: used, bound, sinceSweep,
+// inbound.
 type budgets struct {
 	lim  Budgets
 	mbox chan budgetMsg
@@ -155,6 +167,7 @@ type budgets struct {
 	used       charge
 	bound      []boundProc
 	sinceSweep int
+	inbound    inboundState
 }
 
 func newBudgets(lim Budgets) *budgets {
@@ -195,7 +208,10 @@ func (b *budgets) handle(m budgetMsg) {
 	case usageMsg:
 		b.sweep()
 		m.reply <- BudgetUsage{Connections: b.used.conns, Processes: b.used.procs, OpenFiles: b.used.fds,
-			RetainedBytes: b.used.retained, OutboundBytes: b.used.outbound}
+			RetainedBytes: b.used.retained, OutboundBytes: b.used.outbound, InboundBytes: b.inbound.used,
+			InboundWaiting: len(b.inbound.waiting)}
+	default:
+		b.handleInbound(m)
 	}
 }
 

@@ -146,10 +146,12 @@ type conn struct {
 	queueing bool // the queue goroutine runs (started by the reader: outbound)
 	session  *SessionTable
 	apps     map[string]*appProc // app-server dialect handles of this connection
-	fsq      chan wire.Message   // to the fs worker, started on the first fs request
+	fsq      chan fsItem         // to the fs worker, started on the first fs request
 	httpm    *httpManager        // the http manager, started on the first http/request
 	cur      curRequest          // the request being handled (metrics, logs)
 	lastSB   sandboxCache        // the last process/start.sandbox, parsed
+	gate     *inboundGate        // the transport's read gate (nil without inbound budgets); its state is the reader's
+	ask      *asker              // pending network/policyRequest, started with the first managed network
 	// clientName is initialize's clientName (owned by the reader).
 	clientName string
 }
@@ -198,6 +200,12 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		apps:      make(map[string]*appProc),
 	}
 	c.wtok <- struct{}{}
+	if lim := s.cfg.Budgets; lim.MaxInboundBytes > 0 || lim.ConnInboundBytes > 0 {
+		c.gate = &inboundGate{c: c, key: inboundKeys.Add(1),
+			want: int64(cmp.Or(opts.MaxMessageBytes, s.cfg.MaxMessageBytes, wire.DefaultMaxMessageBytes))}
+		wire.SetReadGate(t, c.gate)
+		defer s.inboundDone(c.gate.key) // after the waiters: what they did not return
+	}
 	s.audit.Audit(c.auditEvent(audit.ConnOpen))
 	// The queue goroutine is started by the reader before the first request
 	// that can produce output from another goroutine (outbound); until then
@@ -261,6 +269,10 @@ func (c *conn) readLoop() {
 	for {
 		data, err := c.t.ReadMessage(context.Background())
 		if err != nil {
+			if refused, ok := errors.AsType[*wire.ReadRefusedError](err); ok && c.ctx.Err() == nil {
+				c.answerRefused(refused) // the inbound budget refused it; the rest was dropped
+				continue
+			}
 			if errors.Is(err, wire.ErrMessageTooBig) {
 				c.reply(wire.MalformedID, nil, wire.ErrMessageTooLarge(cmp.Or(c.opts.MaxMessageBytes, c.sup.cfg.MaxMessageBytes, wire.DefaultMaxMessageBytes)))
 				if _, ok := c.t.(*wire.StdioTransport); ok {
@@ -279,28 +291,44 @@ func (c *conn) readLoop() {
 		if c.ctx.Err() != nil {
 			return
 		}
-		if len(data) >= wire.LargeReadBytes {
-			// Do not keep a buffer grown for this message (data stays valid).
-			wire.ReleaseReadBuffer(c.t)
+		var inbound int64 // the inbound budget's charge for this message
+		if c.gate != nil {
+			inbound = c.gate.took(data)
 		}
-		if len(data) >= LargeMessageBytes {
+		size := len(data)
+		var msg wire.Message
+		var perr *wire.Error
+		if size >= wire.LargeReadBytes {
+			// Do not keep a buffer grown for this message: hand it to
+			// the decoded message instead of copying it.
+			wire.ReleaseReadBuffer(c.t)
+			msg, perr = wire.DecodeOwned(data)
+		} else {
+			msg, perr = wire.Decode(data)
+		}
+		data = nil
+		if size >= LargeMessageBytes {
 			c.sup.largeMessage()
 		}
-		msg, perr := wire.Decode(data)
 		if perr != nil {
 			c.reply(msg.ID, nil, perr)
+			c.releaseInbound(inbound)
 			continue
 		}
 		switch msg.Kind {
 		case wire.KindResponse:
-			c.latch(ReasonProtocol, errors.New("a client may not send responses"))
-			return
+			c.releaseInbound(inbound)
+			if !c.answer(msg) {
+				c.latch(ReasonProtocol, errors.New("a client may not send responses"))
+				return
+			}
 		case wire.KindNotification:
+			c.releaseInbound(inbound)
 			if !c.notification(msg) {
 				return
 			}
 		case wire.KindRequest:
-			c.timedRequest(msg)
+			c.timedRequest(msg, inbound)
 		}
 		if c.ctx.Err() != nil {
 			return
@@ -421,7 +449,7 @@ func (c *conn) initialize(msg wire.Message) {
 	var err error
 	c.acks = p.OutputAck
 	if p.ResumeSessionID != nil && *p.ResumeSessionID != "" {
-		table, err = c.sup.ResumeSession(c.ctx, *p.ResumeSessionID)
+		table, err = c.sup.ResumeSession(c.ctx, *p.ResumeSessionID, c.ctx.Done())
 		var re *ResumeError
 		if errors.As(err, &re) {
 			if re.Attached {
@@ -435,13 +463,13 @@ func (c *conn) initialize(msg wire.Message) {
 			c.outbound()
 			sub := c.subscriber()
 			for id, ref := range table.Procs {
-				if _, aerr := ref.Attach(c.ctx, sub); aerr != nil {
+				if _, aerr := ref.Attach(c.ctx, sub); errors.Is(aerr, ErrStopped) {
 					table.Remove(id) // retention ended while detached
 				}
 			}
 		}
 	} else {
-		table, err = c.sup.NewSession(c.ctx)
+		table, err = c.sup.NewSession(c.ctx, c.ctx.Done())
 	}
 	if err != nil {
 		c.reply(msg.ID, nil, wire.AsError(err))
@@ -477,9 +505,14 @@ func (c *conn) start(msg wire.Message) {
 		c.reply(msg.ID, nil, serr)
 		return
 	}
+	netReq, nerr := c.networkRequest(&p)
+	if nerr != nil {
+		c.reply(msg.ID, nil, nerr)
+		return
+	}
 	req := StartRequest{
 		ID: p.ProcessID, Argv: p.Argv, Cwd: p.Cwd, Env: p.Env, TTY: p.TTY, PipeStdin: p.PipeStdin,
-		Sandbox: sb, Network: networkRequest(&p), Limits: LimitsFrom(p.Limits), Metadata: processMetadata(p.Metadata),
+		Sandbox: sb, Network: netReq, Limits: LimitsFrom(p.Limits), Metadata: processMetadata(p.Metadata),
 	}
 	if p.Arg0 != nil {
 		req.Arg0 = *p.Arg0
@@ -524,69 +557,6 @@ func (o sessionOwner) Started(id string, ref *ProcessRef) {
 	if ref != nil {
 		o.c.session.Add(id, ref)
 	}
-}
-
-// fs hands an fs/* request to the connection's fs worker. The worker runs
-// them one at a time in arrival order (a client may pipeline a write and a
-// read of one file) and owns the connection's fs/open handles, so a large
-// copy or read never holds up the reader, process requests or long polls.
-func (c *conn) fs(msg wire.Message) {
-	c.cur.deferred = true // the fs worker observes it
-	if c.fsq == nil {
-		c.outbound()
-		c.fsq = make(chan wire.Message, connFsQueueCap)
-		c.wg.Go(c.fsWorker)
-	}
-	select {
-	case c.fsq <- msg:
-	case <-c.ctx.Done():
-	}
-}
-
-// fsWorker is the fs worker goroutine. It owns the connection's
-// fsops.Worker (fs/open handles and fs/watchMissing watches), closed when
-// it ends, and sends each fs/missingChanged after the answer that armed it.
-func (c *conn) fsWorker() {
-	w := fsops.NewWorker(c.sup.cfg.FsRoots)
-	defer w.Close()
-	for {
-		select {
-		case msg := <-c.fsq:
-			if !c.fsRequest(msg, w) {
-				return
-			}
-		case ev, ok := <-w.Events():
-			w.Event(ev, ok)
-		case err, ok := <-w.Errors():
-			w.Error(err, ok)
-		case <-c.ctx.Done():
-			return
-		}
-		for _, n := range w.Notifications() {
-			c.notify(wire.NotifyFsMissingChanged, n)
-		}
-	}
-}
-
-// fsRequest runs one fs request; false when it panicked (the connection
-// then fails: the handles may be in any state).
-func (c *conn) fsRequest(msg wire.Message, w *fsops.Worker) (ok bool) {
-	defer c.recoverPanic("fs worker", msg.ID)
-	runTestHook(&hookFsRequest, msg.Method)
-	start := time.Now()
-	var res any
-	var ferr *wire.Error
-	if isCodexHomeMethod(msg.Method) {
-		res, ferr = c.codexHomeRequest(msg)
-	} else {
-		res, ferr = w.Handle(msg.Method, msg.Params)
-	}
-	c.reply(msg.ID, res, ferr)
-	c.observeRequest(msg.Method, msg.ID, start)
-	if ferr == nil {
-		c.auditFs(msg)
-	}
-	return true
 }
 
 // params decodes msg's params into p, answering a decode error itself; it

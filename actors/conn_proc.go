@@ -116,8 +116,8 @@ func readResult(r ReadReply) wire.ReadResult {
 		out.Chunks[i] = wire.Chunk{Seq: ch.Seq, Stream: ch.Stream.String(), Chunk: ch.Data}
 	}
 	if r.Exited {
-		code := r.ExitCode
-		out.ExitCode = &code
+		code, sig := r.ExitCode, r.ExitSignal
+		out.ExitCode, out.ExitSignal = &code, &sig
 		out.Limit = r.Limit
 	}
 	return out
@@ -314,8 +314,8 @@ func (c *conn) list(msg wire.Message) {
 		}
 		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Limit: info.Limit, Metadata: wireMetadata(ref.Metadata()), TokenName: ref.TokenName()}
 		if info.State >= StateExited {
-			code := info.ExitCode
-			wi.ExitCode = &code
+			code, sig := info.ExitCode, info.ExitSignal
+			wi.ExitCode, wi.ExitSignal = &code, &sig
 		}
 		out.Processes = append(out.Processes, wi)
 	}

@@ -83,6 +83,18 @@
 // worker for deferred ones) and every error answer (a refusal by a limit
 // carries wire.Error.Limit). Implementations must not block.
 //
+// A start with a managed network (StartRequest.Network, process/start's
+// networkProxy) gets its own netproxy proxies before the child starts
+// (managednet.go): Config.NetPlacer places their listeners (nil on every host
+// until the sandbox can keep a command inside the namespace they are
+// placed in: such starts are refused), the child's environment names
+// them, and the child's waiter closes them right after the exit, before
+// the exit is reported. Each decision is counted ([Metrics.NetworkDecision]),
+// logged with the process id, and handed to a forwarder goroutine per
+// process that sends network/policyDecision; a connection's asker
+// goroutine (netask.go) owns its pending network/policyRequest (a request
+// from the server to the client) and the reader hands it the answers.
+//
 // # Failure semantics
 //
 // A connection latches one failure (context.WithCancelCause; the first
@@ -91,6 +103,13 @@
 // of them exactly once: each forgets the subscriber and keeps retaining
 // output. The connection then hands its session to the registry: detached
 // for the detach TTL (websocket), or discarded at once (stdio, TTL 0).
+// The registry keeps each attached session's connection latch (its Done
+// channel): a resume that finds the session attached to a connection whose
+// latch fired is parked (one per session) until that connection detaches
+// it, ResumeDetachWait (2 s) at most, and then gets the table directly; a
+// live holder gets a 100 ms grace, then -32010. The parked resume is
+// answered even if its own connection ends meanwhile (that connection
+// then detaches what it was handed), so a session is never lost in flight.
 // Expiry and discard kill the session's processes (the kill path: SIGKILL
 // to each tree) and let their actors end once the ending was delivered.
 //
@@ -138,7 +157,8 @@
 // once it was reaped, then at most DrainAfterTerminate for the output
 // streams, which are then closed by force, so closed follows promptly even
 // when a descendant that left the group holds them. Every deadline of the
-// actor comes from ProcConfig.Clock (tests drive a fake one).
+// actor comes from ProcConfig.Clock (tests drive a fake one); a
+// connection's slow-consumer watchdog takes its time from Config.Clock.
 // Admission is Supervisor.Start (admission.go), the one place a process
 // is admitted: the exec-server's process/start, the app-server's
 // process/spawn and runtime.Local decode their request into a
@@ -177,8 +197,9 @@
 // How a connection ends depends on its latched reason: a protocol
 // violation is answered with a websocket close frame 1002 and the reason,
 // after the responses already queued; a shutdown with 1001; a slow
-// consumer (no outbound progress for Budgets.SlowConsumerTimeout, resumable
-// connections only) is closed at once (a full receive window cannot take a
+// consumer (no outbound progress for Budgets.SlowConsumerTimeout while a
+// batch is being written, resumable connections only: a connection with
+// nothing to write is never one, however long it is quiet) is closed at once (a full receive window cannot take a
 // frame) and detached like any dropped connection. The reader never reads
 // under the connection's context: closing the transport is what unblocks
 // it.
@@ -189,6 +210,14 @@
 //
 // # Backpressure
 //
+//   - Inbound requests (inbound.go): a message that outgrows 64 KiB waits,
+//     before the transport reads on, for the budget actor to admit it
+//     against Budgets.MaxInboundBytes and ConnInboundBytes (charged at the
+//     message limit while read, then its buffer until answered). The queue
+//     of waiting admissions holds at most one per connection, served in
+//     order; the reader waiting there reads nothing, so TCP or the pipe
+//     pushes back on the client. After InboundAdmitWait (a minute by
+//     default) the message is refused (-32011) and the rest of it dropped.
 //   - Requests into a process actor: bounded mailbox (64); senders wait,
 //     bounded by their ctx.
 //   - Output from the child: each read takes what is available up to 64
@@ -253,4 +282,10 @@
 //   - Stdin: writes go to the stdin writer through a bounded channel (64);
 //     further writes wait in the actor, each holding its requester's reply,
 //     so a child that does not read stdin slows only its writers.
+//   - Managed network: a process's decisions wait for its forwarder in a
+//     bounded queue (256); a full queue drops the notification and counts
+//     it (the decision was enforced, counted and logged). A connection
+//     holds at most 1024 pending network/policyRequest (mailbox 64); an
+//     ask beyond that, without an answer in time, or after the connection
+//     ended is a deny. The proxies' own bounds are netproxy.Limits.
 package actors

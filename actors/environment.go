@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"net/url"
 	"strings"
 
 	"github.com/runtimed/runtimed/actors/hostenv"
@@ -70,12 +69,13 @@ func ExecutorVersion(v string) string {
 	return b.String()
 }
 
-// fileURI turns an absolute native path into a file: URI ("" stays "").
+// fileURI turns an absolute native path into a file: URI with
+// wire.FileURI, the encoder of every fs/* answer too ("" stays "").
 func fileURI(p string) string {
 	if p == "" {
 		return ""
 	}
-	return (&url.URL{Scheme: "file", Path: p}).String()
+	return wire.FileURI(p)
 }
 
 func fileURIs(ps []string) []string {

@@ -120,8 +120,9 @@ func TestStartMetadataSandboxTypeAndManagedNetwork(t *testing.T) {
 	// Without a sandbox there is nothing to enforce, as in the reference.
 	mustOK(t, start("enforced", map[string]any{"enforceManagedNetwork": true}))
 	mustOK(t, start("details", map[string]any{"enforceManagedNetwork": false, "managedNetwork": map[string]any{"loopbackPorts": []int{3128}, "allowLocalBinding": true}}))
-	mustErr(t, start("proxy", map[string]any{"networkProxy": map[string]any{}}), -32602,
-		"managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false)")
+	mustErr(t, start("proxy", map[string]any{"networkProxy": map[string]any{"proxy": proxyObj(nil)}}), -32602,
+		"managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false: no network namespace confines the command to the proxy on this host)")
+	mustErr(t, start("proxy", map[string]any{"networkProxy": map[string]any{}}), -32602, "missing field `networkProxy.proxy`")
 	// A sandbox with permissions "disabled" enforces nothing: nothing to
 	// route through a proxy either (refusals under an enforced sandbox are
 	// in TestManagedNetworkError and the E2E tests, which have a sandbox host).
@@ -181,10 +182,22 @@ func TestManagedNetworkError(t *testing.T) {
 		{wire.StartParams{NetworkProxy: json.RawMessage(`null`)}, false, ""},
 		{wire.StartParams{EnforceManagedNetwork: true}, true, "managed network cannot be provided: enforceManagedNetwork is set without managedNetwork, so the sandbox would have no proxy to allow"},
 		{wire.StartParams{EnforceManagedNetwork: true, ManagedNetwork: ports}, true, "managed network cannot be provided: this executor cannot confine a sandboxed process's network to the managed proxy's loopback ports"},
-		{wire.StartParams{NetworkProxy: json.RawMessage(`{}`)}, false, "managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false)"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(proxyRaw(`,"domains":{"pypi.org":"allow"}`))}, false,
+			"managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false: no network namespace confines the command to the proxy on this host)"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(`{}`)}, false, "missing field `networkProxy.proxy`"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(proxyRaw(`,"mode":"open"`))}, true, "invalid field `networkProxy.proxy.mode`: unknown variant `open`, expected one of `full`, `limited`"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(proxyRaw(`,"domains":{"a.*.org":"allow"}`))}, false,
+			"invalid field `networkProxy.proxy.domains`: pattern \"a.*.org\": a wildcard is only allowed as a leading *. or **."},
+		{wire.StartParams{NetworkProxy: json.RawMessage(proxyRaw(`,"domains":{"*":"deny"}`))}, false,
+			"invalid field `networkProxy.proxy.domains`: pattern \"*\": \"*\" is only an allow"},
+		{wire.StartParams{NetworkProxy: json.RawMessage(proxyRaw(`,"transparentTcp":true`))}, false,
+			"invalid field `networkProxy.proxy.transparentTcp`: not supported by this executor (capability networkProxyTransparentTcp is false)"},
 	}
 	for i, c := range cases {
-		_, e := managedNetworkError(networkRequest(&c.p), c.sandboxed)
+		n, e := networkRequest(&c.p)
+		if e == nil {
+			_, _, e = managedNetwork(n, c.sandboxed, []string{"**.floor.test"}, false)
+		}
 		switch {
 		case c.want == "" && e != nil:
 			t.Errorf("case %d: unexpected %v", i, e)

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"time"
 
 	"go.uber.org/zap"
@@ -39,6 +40,14 @@ type Metrics interface {
 	Sessions(attached, detached int)
 	// SessionExpired: a detached session's TTL ran out.
 	SessionExpired()
+	// NetworkDecision: a command's managed-network proxy decided one
+	// destination ("allow" or "deny", by source: baseline_policy,
+	// mode_guard, decider).
+	NetworkDecision(decision, source string)
+	// NetworkEventsDropped: decisions not sent as network/policyDecision
+	// because the process's queue of them was full (a client that stopped
+	// reading); they were counted and logged all the same.
+	NetworkEventsDropped(n int)
 }
 
 // Reasons a process ended, as reported to [Metrics.ProcessExited].
@@ -68,16 +77,18 @@ func EndReason(limit string, timedOut, terminating bool) string {
 // NopMetrics discards every measurement (metrics off).
 type NopMetrics struct{}
 
-func (NopMetrics) ProcessStarted(time.Duration)  {}
-func (NopMetrics) SpawnFailed()                  {}
-func (NopMetrics) ProcessExited(string)          {}
-func (NopMetrics) OutputBytes(Stream, int)       {}
-func (NopMetrics) Evicted(int, int)              {}
-func (NopMetrics) Backpressure(time.Duration)    {}
-func (NopMetrics) Request(string, time.Duration) {}
-func (NopMetrics) RequestError(*wire.Error)      {}
-func (NopMetrics) Sessions(int, int)             {}
-func (NopMetrics) SessionExpired()               {}
+func (NopMetrics) ProcessStarted(time.Duration)   {}
+func (NopMetrics) SpawnFailed()                   {}
+func (NopMetrics) ProcessExited(string)           {}
+func (NopMetrics) OutputBytes(Stream, int)        {}
+func (NopMetrics) Evicted(int, int)               {}
+func (NopMetrics) Backpressure(time.Duration)     {}
+func (NopMetrics) Request(string, time.Duration)  {}
+func (NopMetrics) RequestError(*wire.Error)       {}
+func (NopMetrics) Sessions(int, int)              {}
+func (NopMetrics) SessionExpired()                {}
+func (NopMetrics) NetworkDecision(string, string) {}
+func (NopMetrics) NetworkEventsDropped(int)       {}
 
 func metricsOrNop(m Metrics) Metrics {
 	if m == nil {
@@ -141,17 +152,22 @@ type curRequest struct {
 	method   string
 	id       wire.ID
 	start    time.Time
-	deferred bool // answered later by a waiter or the fs worker, which observe it
+	deferred bool  // answered later by a waiter or the fs worker, which observe it
+	inbound  int64 // its charge to the inbound budget, returned once it is answered
 }
 
 // timedRequest handles a request and observes it, unless its answer was
 // deferred (then whoever answers observes it).
-func (c *conn) timedRequest(msg wire.Message) {
-	c.cur = curRequest{method: msg.Method, id: msg.ID, start: time.Now()}
+func (c *conn) timedRequest(msg wire.Message, inbound int64) {
+	c.cur = curRequest{method: msg.Method, id: msg.ID, start: time.Now(), inbound: inbound}
 	c.safeRequest(msg)
 	if !c.cur.deferred {
 		c.observeRequest(msg.Method, msg.ID, c.cur.start)
+		c.releaseInbound(inbound)
 	}
+	// msg.ID points into the message: kept here, it would pin the
+	// connection's last message (60 MB for a large one) until the next.
+	c.cur = curRequest{}
 }
 
 // deferObservation marks the current request as answered later and returns
@@ -159,5 +175,17 @@ func (c *conn) timedRequest(msg wire.Message) {
 func (c *conn) deferObservation() func() {
 	c.cur.deferred = true
 	r := c.cur
-	return func() { c.observeRequest(r.method, r.id, r.start) }
+	r.id = bytes.Clone(r.id) // not the message the id points into
+	return func() {
+		c.observeRequest(r.method, r.id, r.start)
+		c.releaseInbound(r.inbound)
+	}
+}
+
+// releaseInbound returns a request's inbound charge (any goroutine of the
+// connection; what is never returned returns when it ends).
+func (c *conn) releaseInbound(n int64) {
+	if n > 0 && c.gate != nil {
+		c.sup.inboundRelease(c.gate.key, n)
+	}
 }

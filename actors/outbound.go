@@ -58,7 +58,7 @@ func eventSize(ev Event) int {
 	case EventMessage:
 		return len(ev.Data)
 	}
-	return 128 + len(ev.ProcessID)
+	return 160 + len(ev.ProcessID) + len(ev.Limit)
 }
 
 // lazyResponse reports whether a result is large enough to be encoded by
@@ -168,7 +168,7 @@ func encodeEvent(dst []byte, ev Event) []byte {
 	case EventOutput:
 		return wire.AppendOutputNotification(dst, ev.ProcessID, ev.Seq, ev.Stream.String(), ev.Data)
 	case EventExited:
-		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.Limit)
+		return wire.AppendExitedNotification(dst, ev.ProcessID, ev.Seq, ev.ExitCode, ev.ExitSignal, ev.Limit)
 	case EventMessage:
 		return append(dst, ev.Data...)
 	case EventFailed:
@@ -219,7 +219,11 @@ func (c *conn) queueLoop() {
 		timeout = 0 // stdio: its one client is the server's reason to exist
 	}
 	tick := max(timeout/4, 10*time.Millisecond)
-	var watch *time.Timer
+	clock := c.sup.cfg.Clock
+	if clock == nil {
+		clock = RealClock{}
+	}
+	var watch Timer // made on the first batch: an idle connection has none
 	var watchC <-chan time.Time
 	var mark uint64
 	var markAt time.Time
@@ -253,6 +257,10 @@ func (c *conn) queueLoop() {
 		case now := <-watchC:
 			watchC = nil
 			if !writing {
+				// Idle: the watchdog sleeps until the next batch. (A no-op
+				// on a timer that just fired; a test's clock sees the tick
+				// handled.)
+				watch.Stop()
 				break
 			}
 			if p := c.progress(); p != mark {
@@ -263,7 +271,7 @@ func (c *conn) queueLoop() {
 				break
 			}
 			watch.Reset(tick)
-			watchC = watch.C
+			watchC = watch.C()
 		case <-c.ctx.Done():
 			writer = c.flushLast(fifo, holding, writer)
 			return
@@ -282,13 +290,12 @@ func (c *conn) queueLoop() {
 			fifo, spare = spare[:0], nil
 			writing = true
 			if timeout > 0 && watchC == nil {
-				mark, markAt = c.progress(), time.Now()
+				mark, markAt = c.progress(), clock.Now()
 				if watch == nil {
-					watch = time.NewTimer(tick)
-				} else {
-					watch.Reset(tick)
+					watch = clock.NewTimer()
 				}
-				watchC = watch.C
+				watch.Reset(tick)
+				watchC = watch.C()
 			}
 		}
 	}

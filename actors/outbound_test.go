@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/runtimed/runtimed/actors/clock/clocktest"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -394,5 +395,204 @@ func TestQueueTakesReadyItemsTogether(t *testing.T) {
 	c.events <- Event{ProcessID: "p", Kind: EventOutput, Seq: 4, Data: []byte("x")}
 	if fifo, _ = c.takeReady(nil, 1); len(fifo) != 0 {
 		t.Fatalf("took %d items over the budget", len(fifo))
+	}
+}
+
+// countingClock is a fake clock whose timers count their Reset and Stop
+// calls, each counted once it took effect: the slow-consumer watchdog
+// ends its handling of every tick with one of them (or with the latch), so
+// a test knows the tick was handled.
+type countingClock struct {
+	*clocktest.Clock
+	ops atomic.Int64
+}
+
+type countingTimer struct {
+	Timer
+	ops *atomic.Int64
+}
+
+func (c *countingClock) NewTimer() Timer       { return &countingTimer{c.Clock.NewTimer(), &c.ops} }
+func (t *countingTimer) Reset(d time.Duration) { t.Timer.Reset(d); t.ops.Add(1) }
+func (t *countingTimer) Stop()                 { t.Timer.Stop(); t.ops.Add(1) }
+
+// tick advances c by d, one due deadline at a time: after each fire it
+// waits (bounded) until the queue goroutine handled the tick or the
+// connection ended (done then holds its cause, put back for the caller).
+func (c *countingClock) tick(t *testing.T, d time.Duration, done chan error) {
+	t.Helper()
+	end := c.Now().Add(d)
+	for {
+		before := c.ops.Load()
+		if !c.AdvanceWithin(end.Sub(c.Now())) {
+			c.Advance(end.Sub(c.Now()))
+			return
+		}
+		deadline := time.After(10 * time.Second)
+		for c.ops.Load() == before {
+			select {
+			case err := <-done:
+				done <- err
+				return
+			case <-deadline:
+				t.Fatal("the watchdog's tick was not handled within 10s")
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+}
+
+// The slow-consumer watchdog acts only while a batch is being written: a
+// client waiting quietly on a long-running process (nothing queued,
+// nothing being written) stays connected however long the quiet lasts,
+// here twenty timeouts on the connection's fake clock. The same clock
+// then closes the connection as a slow consumer once a write stalls for
+// the timeout (the control: the watchdog runs on that clock, and acts in
+// time).
+func TestIdleConnectionNotSlowConsumer(t *testing.T) {
+	const timeout = time.Second
+	clk := &countingClock{Clock: clocktest.New()}
+	sup := NewSupervisor(Config{
+		Proc: ProcConfig{RetainBytes: 64 << 10, RetainChunks: 50_000, ClosedRetention: time.Minute,
+			DrainAfterTerminate: 50 * time.Millisecond, ShutdownGrace: time.Second},
+		DetachTTL:    10 * time.Second,
+		MaxProcesses: 16,
+		Budgets:      Budgets{OutboundQueueBytes: 64 << 10, SlowConsumerTimeout: timeout},
+		Clock:        clk,
+	})
+	stopAtCleanup(t, sup)
+	c, g, ended := startGated(t, sup, true)
+	done := make(chan error, 1)
+	go func() { done <- <-ended }()
+	dir := t.TempDir()
+	script := fmt.Sprintf(`echo ready; while [ ! -e %[1]s/go ]; do sleep 0.01; done; head -c 4000000 /dev/zero`, dir)
+	mustOK(t, c.call("process/start", map[string]any{"processId": "p", "argv": []string{"/bin/sh", "-c", script}, "cwd": dir}))
+	c.waitNote(func(m map[string]any) bool {
+		return m["method"] == "process/output" && params(m)["chunk"] == base64.StdEncoding.EncodeToString([]byte("ready\n"))
+	})
+	// "ready" was a batch: the watchdog was armed for it. Now nothing
+	// moves, for twenty timeouts in steps of a quarter.
+	for i := range 80 {
+		clk.tick(t, timeout/4, done)
+		select {
+		case err := <-done:
+			t.Fatalf("an idle connection ended after %v quiet: %v", time.Duration(i+1)*timeout/4, err)
+		default:
+		}
+	}
+	mustOK(t, c.call("process/list", nil)) // still connected
+	// The control: a write that stalls is caught on the same clock.
+	g.shut()
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for g.writing.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the flood's first write did not reach the shut gate")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Closed once the timeout has passed without progress: at the
+	// watchdog's first tick after it (one step more allows for the stall
+	// being seen before the batch's mark was taken).
+	for i := 0; ; i++ {
+		if i == 5 {
+			t.Fatalf("a stalled connection was not closed %v after the stall (timeout %v)", time.Duration(i)*timeout/4, timeout)
+		}
+		clk.tick(t, timeout/4, done)
+		select {
+		case err := <-done:
+			var ce *ConnError
+			if !errors.As(err, &ce) || ce.Reason != ReasonSlowConsumer {
+				t.Fatalf("the stalled connection ended with %v; want a slow consumer", err)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// What an item charges to the outbound budget covers its encoded size
+// (else the budget would hold more memory than it says), without charging
+// grossly more: events of each kind, and the large responses the writer
+// encodes itself.
+func TestChargesCoverEncodedSize(t *testing.T) {
+	within := func(what string, charged, encoded int) {
+		t.Helper()
+		if charged < encoded || charged > 2*encoded+256 {
+			t.Errorf("%s: charges %d for %d encoded bytes", what, charged, encoded)
+		}
+	}
+	for _, n := range []int{0, 1, 2, 3, 4, 1000, 65536} {
+		data := make([]byte, n)
+		for i := range data {
+			data[i] = byte(i * 7)
+		}
+		ev := Event{ProcessID: "proc-1", Kind: EventOutput, Seq: 123456, Stream: Stderr, Data: data}
+		within(fmt.Sprintf("output of %d bytes", n), eventSize(ev), len(encodeEvent(nil, ev)))
+		rr := wire.ReadResult{Chunks: []wire.Chunk{{Seq: 1, Stream: "stdout", Chunk: data}, {Seq: 2, Stream: "pty", Chunk: data}}, NextSeq: 3}
+		size, lazy := lazyResponse(rr)
+		if !lazy {
+			t.Fatalf("a read result is not encoded by the writer")
+		}
+		within(fmt.Sprintf("a read of 2x%d bytes", n), size, len(encodeResponse(nil, wire.IntID(7), rr, nil)))
+		hr := wire.HTTPResponse{Status: 200, Headers: []wire.HTTPHeader{{Name: "content-type", Value: "text/plain"}}, BodyBase64: data}
+		size, lazy = lazyResponse(hr)
+		if !lazy {
+			t.Fatalf("an http response is not encoded by the writer")
+		}
+		within(fmt.Sprintf("an http response of %d bytes", n), size, len(encodeResponse(nil, wire.IntID(7), hr, nil)))
+	}
+	for _, ev := range []Event{
+		{ProcessID: "proc-1", Kind: EventExited, Seq: 99, ExitCode: 137, Limit: "memory"},
+		{ProcessID: "proc-1", Kind: EventClosed, Seq: 100},
+		{ProcessID: "proc-1", Kind: EventMessage, Data: []byte(`{"jsonrpc":"2.0","method":"x","params":{}}`)},
+	} {
+		within(fmt.Sprintf("event kind %d", ev.Kind), eventSize(ev), len(encodeEvent(nil, ev)))
+	}
+	if _, lazy := lazyResponse(map[string]any{"ok": true}); lazy {
+		t.Errorf("a small result is encoded by the writer")
+	}
+}
+
+// closeRecorder records the close frame a connection's end sends.
+type closeRecorder struct {
+	*memTransport
+	code   int
+	reason string
+}
+
+func (c *closeRecorder) CloseWith(code int, reason string) error {
+	c.code, c.reason = code, reason
+	return c.memTransport.Close()
+}
+
+// How a connection ends is told in its close frame: 1008 for a slow
+// consumer, 1002 with the violation for a protocol error, 1001 for a
+// shutdown; anything else ends it without one.
+func TestCloseFrameForCause(t *testing.T) {
+	for _, c := range []struct {
+		cause  error
+		code   int
+		reason string
+	}{
+		{&ConnError{Reason: ReasonSlowConsumer}, wire.ClosePolicy, "slow consumer"},
+		{&ConnError{Reason: ReasonProtocol, Err: errors.New("a response from the client")}, wire.CloseProtocolError, "protocol violation: a response from the client"},
+		{&ConnError{Reason: ReasonShutdown}, wire.CloseGoingAway, "server shutting down"},
+		{&ConnError{Reason: ReasonTransportLost}, 0, ""},
+		{errors.New("other"), 0, ""},
+	} {
+		_, server := memPipe()
+		r := &closeRecorder{memTransport: server}
+		closeFor(r, c.cause)
+		if r.code != c.code || !strings.HasPrefix(r.reason, c.reason) {
+			t.Errorf("%v: close %d %q; want %d %q", c.cause, r.code, r.reason, c.code, c.reason)
+		}
+		select {
+		case <-server.Closed():
+		default:
+			t.Errorf("%v: the transport was not closed", c.cause)
+		}
 	}
 }

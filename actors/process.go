@@ -66,6 +66,11 @@ type Event struct {
 	Stream    Stream
 	Data      []byte
 	ExitCode  int
+	// ExitSignal is the signal that killed the process (exited events
+	// only): 0 when it exited on its own (ExitCode is then its code), -1
+	// when unknown (a remote server that does not say: ExitCode's 128+N
+	// reading is all there is).
+	ExitSignal int
 	// Limit names the resource limit that ended the process (exited
 	// events only; "" when none did).
 	Limit   string
@@ -92,12 +97,13 @@ type Subscriber struct {
 // ReadReply is the answer to a read: PROTOCOL.md's process/read result
 // without its encoding.
 type ReadReply struct {
-	Chunks   []OutputChunk
-	NextSeq  uint64
-	Exited   bool
-	ExitCode int
-	Limit    string // the resource limit that ended it, once exited ("" if none)
-	Closed   bool
+	Chunks     []OutputChunk
+	NextSeq    uint64
+	Exited     bool
+	ExitCode   int
+	ExitSignal int    // as Event.ExitSignal, once exited
+	Limit      string // the resource limit that ended it, once exited ("" if none)
+	Closed     bool
 }
 
 // WriteStatus is the outcome of a write (statuses are results, not errors).
@@ -132,8 +138,10 @@ type ProcessInfo struct {
 	TTY      bool
 	State    ProcessState
 	ExitCode int // valid when State >= StateExited
-	NextSeq  uint64
-	Limit    string // the resource limit that ended it, if any
+	// ExitSignal: as Event.ExitSignal, when State >= StateExited.
+	ExitSignal int
+	NextSeq    uint64
+	Limit      string // the resource limit that ended it, if any
 }
 
 // WriteResult is the reply to a write: a status, or an error when writing
@@ -186,9 +194,10 @@ type ProcessRef struct {
 // no lock; failure is set once, after a recovered panic (before closedC, if
 // that was still open, and before done are closed), and read at any time.
 type finalState struct {
-	exitCode int
-	limit    string
-	failure  atomic.Pointer[ProcessFailedError]
+	exitCode   int
+	exitSignal int
+	limit      string
+	failure    atomic.Pointer[ProcessFailedError]
 	// view is the actor's last published readView (written only by the
 	// actor, each value immutable once stored).
 	view atomic.Pointer[readView]
@@ -199,14 +208,15 @@ type finalState struct {
 // process/read with waitMs 0 that would return no output and acknowledge
 // nothing new (see ProcessRef.ReadIdle).
 type readView struct {
-	nextSeq   uint64 // the next seq to be assigned
-	lastChunk uint64 // seq of the newest retained chunk (0: none retained)
-	acked     uint64 // output read up to here (the unread-output rule)
-	backlog   bool   // a resume's backlog is held: a read may release it
-	exited    bool
-	closed    bool
-	exitCode  int
-	limit     string
+	nextSeq    uint64 // the next seq to be assigned
+	lastChunk  uint64 // seq of the newest retained chunk (0: none retained)
+	acked      uint64 // output read up to here (the unread-output rule)
+	backlog    bool   // a resume's backlog is held: a read may release it
+	exited     bool
+	closed     bool
+	exitCode   int
+	exitSignal int
+	limit      string
 }
 
 // ReadIdle answers a read (waitMs 0) after seq after from the actor's last
@@ -230,7 +240,7 @@ func (r *ProcessRef) ReadIdle(after uint64) (ReadReply, bool) {
 	if v == nil || after >= v.nextSeq || v.backlog || v.lastChunk > after || after > v.acked {
 		return ReadReply{}, false
 	}
-	return ReadReply{NextSeq: v.nextSeq, Exited: v.exited, ExitCode: v.exitCode, Limit: v.limit, Closed: v.closed}, true
+	return ReadReply{NextSeq: v.nextSeq, Exited: v.exited, ExitCode: v.exitCode, ExitSignal: v.exitSignal, Limit: v.limit, Closed: v.closed}, true
 }
 
 func (r *ProcessRef) ID() string            { return r.id }
@@ -340,6 +350,10 @@ func (r *ProcessRef) Closed() <-chan struct{} { return r.closedC }
 // ExitCode returns the exit code; valid only after Closed() is closed.
 func (r *ProcessRef) ExitCode() int { return r.final.exitCode }
 
+// ExitSignal returns the signal that killed the process, 0 if it exited
+// on its own; valid only after Closed() is closed.
+func (r *ProcessRef) ExitSignal() int { return r.final.exitSignal }
+
 // Limit names the resource limit that ended the process, once Closed is
 // closed ("" when none did).
 func (r *ProcessRef) Limit() string { return r.final.limit }
@@ -373,9 +387,6 @@ func (r *ProcessRef) Subscribe(ctx context.Context, after uint64, capacity int) 
 	})
 }
 
-// Discard kills the process tree (SIGKILL) if it is not closed and lets
-// the actor end as soon as its ending was delivered instead of retaining
-// it. The reason recorded is the connection's end.
 // Ack tells the actor that the attached connection's client has every seq
 // up to seq (process/ack). From then on, until another connection
 // attaches, output handed to that connection stays unread (retained,
@@ -386,6 +397,9 @@ func (r *ProcessRef) Ack(ctx context.Context, seq uint64) error {
 	return send(ctx, r.mbox, procMsg(ackMsg{seq: seq}), r.done)
 }
 
+// Discard kills the process tree (SIGKILL) if it is not closed and lets
+// the actor end as soon as its ending was delivered instead of retaining
+// it. The reason recorded is the connection's end.
 func (r *ProcessRef) Discard(ctx context.Context) error {
 	return r.discard(ctx, reasonConnEnd)
 }
@@ -435,7 +449,9 @@ type process struct {
 	phase        phase
 	exitHeld     bool // the exit was reported and waits (until heldUntil) for the streams
 	heldCode     int
+	heldSignal   int // the signal of the held exit (0: it exited on its own)
 	exitCode     int
+	exitSignal   int    // the signal that killed it, 0 if it exited on its own
 	limit        string // the resource limit that ended it, if any
 	exitSeq      uint64
 	closedSeq    uint64

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/runtimed/runtimed/actors/osproc"
 )
 
 // The process actor's lifecycle is one state machine: a phase that only
@@ -274,8 +276,9 @@ func (p *process) shutdown(force bool) {
 // onReaped: the waiter reported the exit. It is held until the output
 // streams end, at most exitHold, so that output written before the exit
 // is numbered before it.
-func (p *process) onReaped(code int) {
-	p.exitHeld, p.heldCode, p.heldUntil = true, code, p.clock.Now().Add(exitHold)
+func (p *process) onReaped(status int) {
+	code, sig := osproc.SplitWait(status)
+	p.exitHeld, p.heldCode, p.heldSignal, p.heldUntil = true, code, sig, p.clock.Now().Add(exitHold)
 	if p.openStreams == 0 {
 		p.numberExit()
 	}
@@ -299,7 +302,7 @@ func (p *process) numberExit() {
 	if !p.transition(to, reasonExit) {
 		return
 	}
-	p.exitCode = code
+	p.exitCode, p.exitSignal = code, p.heldSignal
 	p.limit = p.sess.Limit(code)
 	p.cfg.metrics.ProcessExited(EndReason(p.limit, p.timedOut, to == phaseDraining))
 	p.auditExit(code)
@@ -310,7 +313,7 @@ func (p *process) numberExit() {
 		p.armDrain()
 		_ = p.sigkill()
 	}
-	p.publish(Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: code, Limit: p.limit})
+	p.publish(Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: code, ExitSignal: p.exitSignal, Limit: p.limit})
 	p.wakePolls()
 	if p.limit != "" && p.phase == phaseExited {
 		_ = p.kill(reasonLimit, 0) // what is left of the tree goes too
@@ -341,6 +344,7 @@ func (p *process) maybeClose() {
 	}
 	p.listeners = nil
 	p.final.exitCode = p.exitCode
+	p.final.exitSignal = p.exitSignal
 	p.final.limit = p.limit
 	p.closeClosedC()
 	p.wakePolls()

@@ -219,7 +219,7 @@ func (p *process) eventAt(seq uint64) (Event, bool) {
 	}
 	switch {
 	case p.exited() && seq == p.exitSeq:
-		return Event{ProcessID: p.id, Kind: EventExited, Seq: seq, ExitCode: p.exitCode, Limit: p.limit}, true
+		return Event{ProcessID: p.id, Kind: EventExited, Seq: seq, ExitCode: p.exitCode, ExitSignal: p.exitSignal, Limit: p.limit}, true
 	case p.closed() && seq == p.closedSeq:
 		return Event{ProcessID: p.id, Kind: EventClosed, Seq: seq}, true
 	}
@@ -284,7 +284,7 @@ func (p *process) historyAfter(after uint64) []Event {
 	chunks := p.ring.After(nil, after, 0)
 	life := make([]Event, 0, 2)
 	if p.exited() && p.exitSeq > after {
-		life = append(life, Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: p.exitCode, Limit: p.limit})
+		life = append(life, Event{ProcessID: p.id, Kind: EventExited, Seq: p.exitSeq, ExitCode: p.exitCode, ExitSignal: p.exitSignal, Limit: p.limit})
 	}
 	if p.closed() && p.closedSeq > after {
 		life = append(life, Event{ProcessID: p.id, Kind: EventClosed, Seq: p.closedSeq})
@@ -308,7 +308,7 @@ func (p *process) historyAfter(after uint64) []Event {
 // publishReadView stores the read view (see readView) if it changed.
 func (p *process) publishReadView() {
 	v := readView{nextSeq: p.nextSeq, acked: p.acked, backlog: p.backlogFrom != 0,
-		exited: p.exited(), closed: p.closed(), exitCode: p.exitCode}
+		exited: p.exited(), closed: p.closed(), exitCode: p.exitCode, exitSignal: p.exitSignal}
 	if v.exited {
 		v.limit = p.limit
 	}
@@ -356,7 +356,7 @@ func (p *process) answerRead(after uint64, maxBytes int, reply chan<- ReadReply)
 }
 
 func (p *process) readNow(after uint64, maxBytes int) ReadReply {
-	r := ReadReply{Exited: p.exited(), ExitCode: p.exitCode, Closed: p.closed()}
+	r := ReadReply{Exited: p.exited(), ExitCode: p.exitCode, ExitSignal: p.exitSignal, Closed: p.closed()}
 	if r.Exited {
 		r.Limit = p.limit
 	}

@@ -151,5 +151,5 @@ func (p *process) rememberWriteID(id string) {
 }
 
 func (p *process) info() ProcessInfo {
-	return ProcessInfo{ID: p.id, Pid: p.pid, Argv: p.argv, TTY: p.tty, State: p.phase.state(), ExitCode: p.exitCode, NextSeq: p.nextSeq, Limit: p.limit}
+	return ProcessInfo{ID: p.id, Pid: p.pid, Argv: p.argv, TTY: p.tty, State: p.phase.state(), ExitCode: p.exitCode, ExitSignal: p.exitSignal, NextSeq: p.nextSeq, Limit: p.limit}
 }

@@ -11,6 +11,18 @@ import (
 // registryMailboxCap bounds requests to the registry; senders block (with ctx).
 const registryMailboxCap = 64
 
+// Waits of a resume that finds its session attached.
+const (
+	// ResumeDetachWait bounds how long a resume waits for a connection
+	// that is closing (its latch fired: close frame received, socket gone,
+	// shut down) to detach the session it asks for.
+	ResumeDetachWait = 2 * time.Second
+	// resumeLiveGrace is how long a resume waits for a connection that
+	// still looks live before it is refused with -32010: a close frame
+	// the peer already had answered may not have reached the reader yet.
+	resumeLiveGrace = 100 * time.Millisecond
+)
+
 // SessionTable is a session's routing table from processId to process
 // actor. It has exactly one owner at a time: the connection actor it is
 // attached to, or the registry while it is detached. Ownership moves only
@@ -83,9 +95,16 @@ func (e *ResumeError) Error() string {
 
 type regMsg interface{ isRegMsg() }
 
-type newSessionMsg struct{ reply chan<- *SessionTable }
+// A connection's latch (owner) is its context's Done channel: closed once
+// the connection is closing, so the registry can tell a session in use
+// from one about to be detached.
+type newSessionMsg struct {
+	owner <-chan struct{}
+	reply chan<- *SessionTable
+}
 type resumeMsg struct {
 	id    string
+	owner <-chan struct{}
 	reply chan<- resumeReply
 }
 type resumeReply struct {
@@ -106,17 +125,28 @@ type detached struct {
 	deadline time.Time
 }
 
+// resumeWait is a resume parked until the connection its session is
+// attached to detaches it (or the wait ends: -32010).
+type resumeWait struct {
+	owner    <-chan struct{} // the resuming connection's latch
+	reply    chan<- resumeReply
+	started  time.Time
+	deadline time.Time // resumeLiveGrace after start while the holder looked live, then ResumeDetachWait after start
+}
+
 // registry is the session registry actor.
 //
-// Immutable: sup, log, mbox, done. Owned by run: attached, detached, timer.
+// Immutable: sup, log, mbox, done. Owned by run: attached, detached,
+// waiting, timer.
 type registry struct {
 	sup  *Supervisor
 	log  *zap.Logger
 	mbox chan regMsg
 	done chan struct{}
 
-	attached map[string]struct{}
+	attached map[string]<-chan struct{} // session id -> its connection's latch
 	detached map[string]*detached
+	waiting  map[string]*resumeWait // at most one parked resume per session
 }
 
 func newRegistry(s *Supervisor) *registry {
@@ -125,8 +155,9 @@ func newRegistry(s *Supervisor) *registry {
 		log:      s.log.Named("registry"),
 		mbox:     make(chan regMsg, registryMailboxCap),
 		done:     make(chan struct{}),
-		attached: make(map[string]struct{}),
+		attached: make(map[string]<-chan struct{}),
 		detached: make(map[string]*detached),
+		waiting:  make(map[string]*resumeWait),
 	}
 }
 
@@ -160,6 +191,11 @@ func (r *registry) nextDeadline() time.Time {
 			next = d.deadline
 		}
 	}
+	for _, w := range r.waiting {
+		if next.IsZero() || w.deadline.Before(next) {
+			next = w.deadline
+		}
+	}
 	return next
 }
 
@@ -167,11 +203,22 @@ func (r *registry) handle(m regMsg) {
 	switch m := m.(type) {
 	case newSessionMsg:
 		t := &SessionTable{ID: uuid.NewString(), Procs: make(map[string]*ProcessRef)}
-		r.attached[t.ID] = struct{}{}
+		r.attached[t.ID] = m.owner
 		m.reply <- t
 	case resumeMsg:
-		if _, ok := r.attached[m.id]; ok {
-			m.reply <- resumeReply{err: &ResumeError{ID: m.id, Attached: true}}
+		if holder, ok := r.attached[m.id]; ok {
+			if _, parked := r.waiting[m.id]; parked {
+				m.reply <- resumeReply{err: &ResumeError{ID: m.id, Attached: true}}
+				return
+			}
+			// Park it: a closing holder detaches within moments; a live
+			// one gets a short grace (its close may be in flight).
+			now := time.Now()
+			w := &resumeWait{owner: m.owner, reply: m.reply, started: now, deadline: now.Add(resumeLiveGrace)}
+			if closed(holder) {
+				w.deadline = now.Add(ResumeDetachWait)
+			}
+			r.waiting[m.id] = w
 			return
 		}
 		d, ok := r.detached[m.id]
@@ -180,13 +227,26 @@ func (r *registry) handle(m regMsg) {
 			return
 		}
 		delete(r.detached, m.id)
-		r.attached[m.id] = struct{}{}
+		r.attached[m.id] = m.owner
 		r.log.Debug("session resumed", zap.String("session_id", m.id))
 		m.reply <- resumeReply{table: d.table}
 	case detachMsg:
-		delete(r.attached, m.table.ID)
+		id := m.table.ID
+		delete(r.attached, id)
+		w := r.waiting[id]
+		delete(r.waiting, id)
 		if m.ttl <= 0 {
 			r.discard(m.table, reasonConnEnd)
+			if w != nil {
+				w.reply <- resumeReply{err: &ResumeError{ID: id}}
+			}
+			return
+		}
+		if w != nil {
+			// Straight to the resume that waited for it.
+			r.attached[id] = w.owner
+			r.log.Debug("session resumed after its connection detached it", zap.String("session_id", id), zap.Duration("waited", time.Since(w.started)))
+			w.reply <- resumeReply{table: m.table}
 			return
 		}
 		r.log.Debug("session detached", zap.String("session_id", m.table.ID), zap.Duration("ttl", m.ttl))
@@ -195,6 +255,18 @@ func (r *registry) handle(m regMsg) {
 }
 
 func (r *registry) expire(now time.Time) {
+	for id, w := range r.waiting {
+		if now.Before(w.deadline) {
+			continue
+		}
+		if holder, ok := r.attached[id]; ok && closed(holder) && now.Before(w.started.Add(ResumeDetachWait)) {
+			w.deadline = w.started.Add(ResumeDetachWait) // its holder started closing during the grace
+			continue
+		}
+		delete(r.waiting, id)
+		r.log.Debug("resume refused: the session stayed attached", zap.String("session_id", id), zap.Duration("waited", now.Sub(w.started)))
+		w.reply <- resumeReply{err: &ResumeError{ID: id, Attached: true}}
+	}
 	for id, d := range r.detached {
 		if !now.Before(d.deadline) {
 			r.log.Info("detached session expired; terminating its processes", zap.String("session_id", id), zap.Int("processes", len(d.table.Procs)))
@@ -202,6 +274,15 @@ func (r *registry) expire(now time.Time) {
 			r.sup.metrics.SessionExpired()
 			r.discard(d.table, reasonTTL)
 		}
+	}
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -225,14 +306,29 @@ func discardAll(refs []*ProcessRef, why reason) {
 	}
 }
 
-// NewSession registers a new attached session.
-func (s *Supervisor) NewSession(ctx context.Context) (*SessionTable, error) {
-	return ask(ctx, s.registry.mbox, s.registry.done, func(c chan<- *SessionTable) regMsg { return newSessionMsg{reply: c} })
+// NewSession registers a new attached session; owner is the attaching
+// connection's latch (closed once it is closing; nil: never).
+func (s *Supervisor) NewSession(ctx context.Context, owner <-chan struct{}) (*SessionTable, error) {
+	reply := make(chan *SessionTable, 1)
+	if err := send(ctx, s.registry.mbox, regMsg(newSessionMsg{owner: owner, reply: reply}), s.registry.done); err != nil {
+		return nil, err
+	}
+	return await(context.Background(), reply, s.registry.done) // answered at once; the caller then owns it
 }
 
-// ResumeSession takes a detached session back; the error is a *ResumeError.
-func (s *Supervisor) ResumeSession(ctx context.Context, id string) (*SessionTable, error) {
-	rep, err := ask(ctx, s.registry.mbox, s.registry.done, func(c chan<- resumeReply) regMsg { return resumeMsg{id: id, reply: c} })
+// ResumeSession takes a detached session back for the connection whose
+// latch is owner; the error is a *ResumeError. A session attached to a
+// connection that is closing is waited for (ResumeDetachWait at most), one
+// attached to a live connection for resumeLiveGrace. Once the request is
+// in the registry's mailbox the answer is awaited even if ctx ends (the
+// registry answers within ResumeDetachWait), so a session handed over is
+// never lost: the caller owns what it returns.
+func (s *Supervisor) ResumeSession(ctx context.Context, id string, owner <-chan struct{}) (*SessionTable, error) {
+	reply := make(chan resumeReply, 1)
+	if err := send(ctx, s.registry.mbox, regMsg(resumeMsg{id: id, owner: owner, reply: reply}), s.registry.done); err != nil {
+		return nil, err
+	}
+	rep, err := await(context.Background(), reply, s.registry.done)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/runtimed/runtimed/actors/contain"
 	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/actors/sandbox"
+	"github.com/runtimed/runtimed/wire"
 )
 
 var (
@@ -409,5 +411,47 @@ func testSandboxPTYAndCwd(t *testing.T, sup *Supervisor) {
 	_, err = sup.Spawn("cwd", Spec{Argv: []string{"/usr/bin/bash", "-c", "true"}, Dir: outside, Env: []string{"PATH=/usr/bin:/bin"}, Sandbox: hidden}, nil)
 	if err == nil || !strings.Contains(err.Error(), "working directory") || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("hidden cwd: %v", err)
+	}
+}
+
+// TestSandboxCwdIsProjectRoot: a managed sandbox with a cwd and no
+// workspaceRoots, started in another directory: the confined process may
+// write in the sandbox's cwd (the project root) and not in its own cwd.
+func TestSandboxCwdIsProjectRoot(t *testing.T) { bothWays(t, testSandboxCwdIsProjectRoot) }
+
+func testSandboxCwdIsProjectRoot(t *testing.T, sup *Supervisor) {
+	ws, outside := workspace(t)
+	sb := &wire.Sandbox{Managed: true, Cwd: ws, FS: &wire.SandboxFS{Entries: []wire.SandboxEntry{
+		{Kind: "special", Special: "root", Access: "read"},
+		{Kind: "special", Special: "project_roots", Access: "write"},
+	}}}
+	script := `pwd
+(echo x > ` + ws + `/new) 2>/dev/null && echo sandbox-cwd OK || echo sandbox-cwd DENIED
+(echo x > ./new) 2>/dev/null && echo process-cwd OK || echo process-cwd DENIED`
+	rec := newRecorder(256)
+	res, err := sup.Start(context.Background(), &ownerLog{}, StartRequest{ID: "cwd", Argv: []string{"/usr/bin/bash", "-c", script},
+		Cwd: outside, Env: map[string]string{"PATH": "/usr/bin:/bin"}, Sandbox: sb, Subscriber: *rec.sub()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Sandboxed {
+		t.Fatal("the start is not sandboxed")
+	}
+	var r runResult
+	for _, ev := range rec.untilClosed(t, 30*time.Second) {
+		if ev.Kind == EventOutput {
+			r.out += string(ev.Data)
+		}
+	}
+	for _, w := range []string{outside + "\n", "sandbox-cwd OK", "process-cwd DENIED"} {
+		if !strings.Contains(r.out, w) {
+			t.Errorf("want %q in %q", w, r.out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "new")); err == nil {
+		t.Errorf("the process wrote in its own cwd %s, outside the project root %s", outside, ws)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "new")); err != nil {
+		t.Errorf("the process could not write in the sandbox's cwd %s: %v", ws, err)
 	}
 }

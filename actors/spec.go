@@ -18,7 +18,8 @@ const TimeoutExitCode = 124
 
 // keep is what a process actor keeps with its child beyond the Spec.
 type keep struct {
-	timeout  time.Duration // > 0: killed after this long
-	metadata *Metadata     // ProcessRef.Metadata
-	who      *Who          // ProcessRef.TokenName, the audit log
+	timeout  time.Duration   // > 0: killed after this long
+	metadata *Metadata       // ProcessRef.Metadata
+	network  *ManagedNetwork // started before the child (managednet.go); nil: none
+	who      *Who            // ProcessRef.TokenName, the audit log
 }

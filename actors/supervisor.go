@@ -11,6 +11,7 @@ import (
 
 	"github.com/runtimed/runtimed/actors/fsops"
 	"github.com/runtimed/runtimed/actors/hostenv"
+	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
 )
@@ -58,6 +59,19 @@ type Config struct {
 	// session, so they are listed, not controlled, there).
 	Services func(ctx context.Context) []wire.ProcessInfo
 	Logger   *zap.Logger
+	// NetworkDeny is the operator's network floor: patterns no managed
+	// network policy can allow (checked by the caller: runtime validates it).
+	NetworkDeny []string
+	// NetPlacer places a command's managed-network proxies where only it
+	// reaches them (nil: managed networks are refused; see NetPlacer).
+	NetPlacer NetPlacer
+	// netResolver resolves names for managed-network proxies (nil: the
+	// system's); only this package's tests set it.
+	netResolver netproxy.Resolver
+	// Clock is where connections take their time from: the slow-consumer
+	// watchdog's timer and marks (nil: RealClock). Process actors take
+	// theirs from Proc.Clock.
+	Clock Clock
 	// Metrics receives measurements (nil: none are taken).
 	Metrics Metrics
 	// Audit receives audit events (nil: none are raised).
@@ -166,7 +180,7 @@ func (s *Supervisor) spawnCharged(ctx context.Context, id string, spec Spec, k k
 	if berr != nil {
 		return nil, CheckBudget, berr
 	}
-	sess, err := s.startOS(spec)
+	sess, err := s.startNetworked(spec, k.network)
 	if err != nil {
 		s.release(c)
 		if fdExhausted(err) {

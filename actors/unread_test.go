@@ -1,7 +1,9 @@
 package actors
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -350,5 +352,84 @@ func TestUnreadRuleRandomized(t *testing.T) {
 		if h.produce(1) != 1 {
 			t.Fatalf("seed %d: caught up and attached, the actor does not read", seed)
 		}
+	}
+}
+
+// When the drain after a kill ends (the streams are closed by force), the
+// kill path's bound wins over the unread rule: a detached process whose
+// retention is full of unread output takes what its readers still hold
+// (so that it can close) and its backlog is no longer held.
+func TestUnreadRuleYieldsToForcedClose(t *testing.T) {
+	h := newUnreadHarness(t, 10*unreadChunk, 1000)
+	p := h.p
+	h.produce(3)
+	h.deliverAll()
+	p.subscriberLost()
+	h.produce(100)
+	if p.canConsume() {
+		t.Fatal("detached, retention full of unread output: the actor reads")
+	}
+	p.phase = phaseDraining // exited, the tree SIGKILLed, a descendant holds the pipe
+	p.drainAt = h.clk.Now()
+	p.onTimer(h.clk.Now())
+	if !p.outputsCut {
+		t.Fatal("the drain's end did not close the streams")
+	}
+	if !p.canConsume() {
+		t.Fatal("the streams were closed by force: the actor still does not take what its readers hold, and cannot close")
+	}
+	h.resume()
+	if p.backlogFrom != 0 || !p.canConsume() {
+		t.Fatalf("a resume after the forced close holds a backlog from %d", p.backlogFrom)
+	}
+}
+
+// An acknowledgement never goes back: a client re-reading older history
+// (process/read after an earlier seq) does not make output it already
+// acknowledged unread again, so the actor keeps taking output.
+func TestAckNeverGoesBack(t *testing.T) {
+	h := newUnreadHarness(t, 10*unreadChunk, 1000)
+	p := h.p
+	h.produce(8)
+	h.deliverAll()
+	p.subscriberLost()
+	h.read(p.nextSeq - 1) // everything acknowledged
+	acked := p.acked
+	if !p.canConsume() {
+		t.Fatal("detached, everything acknowledged: the actor does not read")
+	}
+	if r := h.read(0); len(r.Chunks) == 0 {
+		t.Fatal("re-reading the history returned nothing")
+	}
+	if p.acked != acked || !p.canConsume() {
+		t.Fatalf("a re-read from seq 0 moved the acknowledgement to %d (was %d) and the actor reads: %v", p.acked, acked, p.canConsume())
+	}
+	if took := h.produce(5); took != 5 {
+		t.Fatalf("after a re-read: took %d chunks; want 5", took)
+	}
+}
+
+// History reports evicted output as a gap wherever it is, the end
+// included: output too large for retention evicts everything, itself too,
+// and the history is one gap to the last seq, never silently empty; the
+// next output follows the gap.
+func TestHistoryEndsWithGap(t *testing.T) {
+	h := newUnreadHarness(t, 10*unreadChunk, 1000)
+	p := h.p
+	h.produce(2)
+	p.handleFact(outputReadMsg{stream: Stdout, data: make([]byte, 20*unreadChunk)}) // seq 3, larger than retention
+	show := func(hist []Event) string {
+		var s []string
+		for _, ev := range hist {
+			s = append(s, fmt.Sprintf("kind %d seq %d-%d", ev.Kind, ev.Seq, ev.To))
+		}
+		return strings.Join(s, ", ")
+	}
+	if hist := p.subscribe(0, 4).History; len(hist) != 1 || hist[0].Kind != EventGap || hist[0].Seq != 1 || hist[0].To != 3 {
+		t.Fatalf("history [%s]; want one gap 1..3", show(hist))
+	}
+	h.produce(1)
+	if hist := p.subscribe(0, 4).History; len(hist) != 2 || hist[0].Kind != EventGap || hist[0].To != 3 || hist[1].Kind != EventOutput || hist[1].Seq != 4 {
+		t.Fatalf("history [%s]; want a gap 1..3, then output 4", show(hist))
 	}
 }

@@ -22,7 +22,10 @@ func TestStartIsTheOnlyAdmission(t *testing.T) {
 		"SpawnCharged": {"actors/supervisor.go": true},
 		"Spawn":        {},
 		"SpawnSession": {},
-		"startOS":      {"actors/supervisor.go": true},
+		// startNetworked (the managed network's proxies, then startOS) is
+		// the spawn's only way to startOS besides its own.
+		"startNetworked": {"actors/supervisor.go": true},
+		"startOS":        {"actors/supervisor.go": true, "actors/managednet.go": true},
 	}
 	var calls int
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {

@@ -14,6 +14,41 @@ import (
 
 const modulePath = "github.com/runtimed/runtimed"
 
+// moduleRoot is the directory of go.mod.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command(goTool(), "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// goList lists the module's packages (go list -e -json ./... in root).
+func goList(t *testing.T, root string) []listedPackage {
+	t.Helper()
+	cmd := exec.Command(goTool(), "list", "-e", "-json", "./...")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	var pkgs []listedPackage
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode go list output: %v", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
 // listedPackage is the part of `go list -json` this test reads.
 type listedPackage struct {
 	ImportPath   string
@@ -66,30 +101,8 @@ func goTool() string {
 // (cmd/runtimed -> runtime -> actors -> wire), nothing imports cmd/... or
 // proptest, and wire/wiretest is imported only by _test files.
 func TestImportLayering(t *testing.T) {
-	modDir, err := exec.Command(goTool(), "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(modDir)))
-	cmd := exec.Command(goTool(), "list", "-e", "-json", "./...")
-	cmd.Dir = root
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	var pkgs []listedPackage
-	for {
-		var p listedPackage
-		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("decode go list output: %v", err)
-		}
-		pkgs = append(pkgs, p)
-	}
+	root := moduleRoot(t)
+	pkgs := goList(t, root)
 	if len(pkgs) < 4 {
 		t.Fatalf("go list found only %d packages in %s", len(pkgs), root)
 	}
@@ -123,6 +136,7 @@ func TestImportLayering(t *testing.T) {
 // no project package but the ones osMechanismUses names.
 var osMechanism = map[string]bool{
 	"actors/sandbox": true, "actors/contain": true, "actors/hostenv": true, "actors/httpreq": true,
+	"actors/netproxy": true, "actors/netns": true,
 	"actors/osproc": true, "actors/osproc/osproctest": true, "actors/clock": true, "actors/clock/clocktest": true,
 }
 

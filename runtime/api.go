@@ -77,6 +77,10 @@ type Spec struct {
 	// Metadata, if set, attributes the process to a thread and tool call;
 	// List shows it. Nil: none.
 	Metadata *Metadata
+	// Network, if set, gives the process a managed network: its only way
+	// out is a proxy enforcing this policy (see Network). Nil: the
+	// sandbox's network setting alone applies.
+	Network *Network
 }
 
 // envPolicy is the policy Start sends for spec: a nil Env without a
@@ -194,6 +198,8 @@ type ReadResult struct {
 	Exited   bool    // the process has exited
 	ExitCode int     // valid when Exited
 	Closed   bool    // its output has ended too: nothing follows
+	// Status is the whole ending, valid when Exited (as Wait returns it).
+	Status ExitStatus
 }
 
 // Chunk is one piece of retained output.
@@ -205,19 +211,46 @@ type Chunk struct {
 
 // ExitStatus is how a process ended: its exit code, or 128+N when killed
 // by signal N, and the resource limit (Limit* constants) that ended it,
-// if one did.
+// if one did. Whether a signal killed it is known exactly from Local and
+// from a runtimed server (its exitSignal extension): `sh -c 'exit 130'`
+// is "exit status 130", a SIGINT death "signal: interrupt", both Code 130.
+// From a server that does not say (Codex's exec-server), or for an
+// ExitStatus made from a Code alone, a Code in 129..192 reads as a signal.
 type ExitStatus struct {
 	Code  int    // the exit code, or 128+N after signal N
 	Limit string // the Limit* constant of the limit that ended it, or ""
+	// sig is the truth when known: N>0 a death by signal N, -1 an exit of
+	// its own; 0 unknown (Code's 128+N reading decides).
+	sig int
+}
+
+// exitStatus makes the ExitStatus of a wire exit code and an exit signal
+// as actors.Event.ExitSignal has it (0: exited, N: signal N, -1: unknown).
+func exitStatus(code, signal int, limit string) ExitStatus {
+	s := ExitStatus{Code: code, Limit: limit}
+	switch {
+	case signal > 0:
+		s.sig = signal
+	case signal == 0:
+		s.sig = -1
+	}
+	return s
 }
 
 // Success reports whether the exit code is 0.
 func (s ExitStatus) Success() bool { return s.Code == 0 }
 
-// Signaled reports whether the process was killed by a signal. The
-// protocol reports a signal death as 128+N (as shells do), so a process
-// that itself exits with a code in 129..192 reads as signaled too.
-func (s ExitStatus) Signaled() bool { return s.Code > 128 && s.Code <= 128+64 }
+// Signaled reports whether the process was killed by a signal (see
+// ExitStatus for when that is a reading of Code's 128+N).
+func (s ExitStatus) Signaled() bool {
+	switch {
+	case s.sig > 0:
+		return true
+	case s.sig < 0:
+		return false
+	}
+	return s.Code > 128 && s.Code <= 128+64
+}
 
 // Exited reports whether the process exited on its own (not by a signal).
 func (s ExitStatus) Exited() bool { return !s.Signaled() }
@@ -235,6 +268,9 @@ func (s ExitStatus) ExitCode() int {
 func (s ExitStatus) Signal() syscall.Signal {
 	if !s.Signaled() {
 		return -1
+	}
+	if s.sig > 0 {
+		return syscall.Signal(s.sig)
 	}
 	return syscall.Signal(s.Code - 128)
 }
@@ -276,6 +312,13 @@ var (
 	// error (a recovered panic in its actor); its tree was killed. Errors
 	// matching it are *ProcessError.
 	ErrProcessFailed = errors.New("runtime: process failed")
+	// ErrSessionGone: a resume (Dial with ResumeSessionID, a Client's
+	// reconnect) named a session the server no longer has: its detach TTL
+	// ran out, or the server restarted. Its processes are gone with it;
+	// only a new session can go on. Errors matching it are *RPCError
+	// (-32600 "unknown session id ..."); a resume that could not reach the
+	// server at all does not match it (ErrDisconnected and the dial error).
+	ErrSessionGone = errors.New("runtime: session gone")
 )
 
 // ProcessError is the failure of one process inside the runtime (not the
@@ -370,6 +413,15 @@ var errnoByName = sync.OnceValue(func() map[string]syscall.Errno {
 	}
 	return m
 })
+
+// initializeError is the *RPCError of a refused initialize; a resume of a
+// session the server does not have matches ErrSessionGone.
+func initializeError(e *RPCError, resumed string) *RPCError {
+	if resumed != "" && e.Code == wire.CodeInvalidRequest && e.Message == wire.ErrUnknownSession(resumed).Message {
+		e.sentinel = ErrSessionGone
+	}
+	return e
+}
 
 // errProcessExists is the error both backends return for a duplicate id.
 func errProcessExists(id string) error {

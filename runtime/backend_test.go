@@ -71,26 +71,7 @@ func (ws *wsServer) stop() {
 	ws.hs.Close()
 }
 
-func newStdioBackend(t *testing.T) Backend {
-	srv := NewServer(Config{Logger: zaptest.NewLogger(t)})
-	toServerR, toServerW, _ := os.Pipe()
-	toClientR, toClientW, _ := os.Pipe()
-	served := make(chan struct{})
-	go func() {
-		_ = srv.ServeTransport(wire.NewStdioTransport(toServerR, toClientW, 0), false)
-		close(served)
-	}()
-	c, err := NewClient(ctxT(t), wire.NewStdioTransport(toClientR, toServerW, 0), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Close()
-		<-served
-		_ = srv.Close()
-	})
-	return c
-}
+func newStdioBackend(t *testing.T) Backend { return newStdioServer(t, Config{}).c }
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -15,10 +15,13 @@ import (
 const (
 	// DefaultOutboundQueueBytes is one connection's outbound queue budget:
 	// events and responses waiting for a client that reads slowly.
-	DefaultOutboundQueueBytes = actors.DefaultOutboundQueueBytes
+	DefaultOutboundQueueBytes = 256 << 10 // 256 KiB
 	// DefaultSlowConsumerTimeout: a websocket connection whose outbound
 	// queue makes no progress for this long is closed as a slow consumer.
 	DefaultSlowConsumerTimeout = 30 * time.Second
+	// inboundMemoryShare: the inbound budget defaults to this fraction of
+	// memory (at least twice the message limit).
+	inboundMemoryShare = 64
 	// fdOverhead is what the server keeps for itself beyond the descriptors
 	// open when it starts (listeners, the poller, log files, HTTP clients).
 	fdOverhead = 32
@@ -107,6 +110,12 @@ func (c Config) budgets(m Machine) actors.Budgets {
 	b.MaxRetainedBytes = pickBudget(c.MaxRetainedBytes, m.MemoryBytes/2)
 	b.OutboundQueueBytes = pickBudget(c.OutboundQueueBytes, DefaultOutboundQueueBytes)
 	b.MaxOutboundBytes = pickBudget(c.MaxOutboundBytes, m.MemoryBytes/8)
+	msgLimit := int64(c.MaxMessageBytes)
+	if msgLimit <= 0 {
+		msgLimit = DefaultMaxMessageBytes
+	}
+	b.MaxInboundBytes = pickBudget(c.MaxInboundBytes, max(m.MemoryBytes/inboundMemoryShare, 2*msgLimit))
+	b.ConnInboundBytes = pickBudget(c.ConnInboundBytes, 2*msgLimit)
 	perProc := actors.RetainedPerProcess(actors.ProcConfig{RetainBytes: c.RetainBytes})
 	procs := max(1, (fdBudget-b.FDReserve)/actors.FDsPerProcess)
 	if b.MaxRetainedBytes > 0 {
@@ -143,6 +152,8 @@ type Budgets struct {
 	MaxRetainedBytes    int64         // Config.MaxRetainedBytes
 	MaxOutboundBytes    int64         // Config.MaxOutboundBytes
 	OutboundQueueBytes  int           // Config.OutboundQueueBytes
+	MaxInboundBytes     int64         // Config.MaxInboundBytes
+	ConnInboundBytes    int64         // Config.ConnInboundBytes
 	SlowConsumerTimeout time.Duration // Config.SlowConsumerTimeout
 	// RLimitNoFile is the process's descriptor limit they were derived from.
 	RLimitNoFile int
@@ -152,7 +163,8 @@ func publicBudgets(b actors.Budgets) Budgets {
 	return Budgets{
 		MaxConnections: b.MaxConnections, MaxProcessesTotal: b.MaxProcesses, MaxOpenFiles: b.MaxOpenFiles,
 		FDReserve: b.FDReserve, MaxRetainedBytes: b.MaxRetainedBytes, MaxOutboundBytes: b.MaxOutboundBytes,
-		OutboundQueueBytes: b.OutboundQueueBytes, SlowConsumerTimeout: b.SlowConsumerTimeout, RLimitNoFile: b.RLimitNoFile,
+		OutboundQueueBytes: b.OutboundQueueBytes, MaxInboundBytes: b.MaxInboundBytes, ConnInboundBytes: b.ConnInboundBytes,
+		SlowConsumerTimeout: b.SlowConsumerTimeout, RLimitNoFile: b.RLimitNoFile,
 	}
 }
 

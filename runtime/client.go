@@ -273,7 +273,7 @@ func handshake(ctx context.Context, t wire.Transport, name, resume string) (wire
 		return res, unwrapLost(err)
 	}
 	if len(resp.Error) > 0 {
-		return res, decodeRPCError(resp.Error)
+		return res, initializeError(decodeRPCError(resp.Error), resume)
 	}
 	if err := json.Unmarshal(resp.Result, &res); err != nil {
 		return res, fmt.Errorf("bad initialize result: %w", err)

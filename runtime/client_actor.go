@@ -50,10 +50,13 @@ type reconnectedMsg struct{ t wire.Transport }
 type reconnectFailedMsg struct{ err error }
 type closeClientMsg struct{}
 type registerProcMsg struct {
-	id     string
-	attach bool // an open process of that id is returned, not refused
-	reply  chan<- *rproc
-	known  chan<- bool // attach only: whether the process was known already (sent before reply)
+	id string
+	// onDecision, if set, receives the process's network/policyDecision
+	// notifications (Spec.Network.OnDecision).
+	onDecision func(NetworkDecision)
+	attach     bool // an open process of that id is returned, not refused
+	reply      chan<- *rproc
+	known      chan<- bool // attach only: whether the process was known already (sent before reply)
 }
 type forgetProcMsg struct{ id string }
 type subscribeRemoteMsg struct {
@@ -216,7 +219,7 @@ func (st *clientState) run() {
 			c.cur.Store(nil)
 			st.core.Fail(m.err)
 			if !c.opts.Reconnect || c.dial == nil {
-				st.latch(fmt.Errorf("%w: %v", ErrDisconnected, m.err))
+				st.latch(fmt.Errorf("%w: %w", ErrDisconnected, m.err)) // a refused resume stays an *RPCError (ErrSessionGone)
 				return
 			}
 			c.log.Info("transport lost; reconnecting", zap.Error(m.err))
@@ -233,7 +236,7 @@ func (st *clientState) run() {
 			st.resume()
 		case reconnectFailedMsg:
 			st.reconnecting = false
-			st.latch(fmt.Errorf("%w: %v", ErrDisconnected, m.err))
+			st.latch(fmt.Errorf("%w: %w", ErrDisconnected, m.err)) // a refused resume stays an *RPCError (ErrSessionGone)
 			return
 		case closeClientMsg:
 			if !st.reconnecting {
@@ -258,6 +261,9 @@ func (st *clientState) run() {
 				continue
 			}
 			rp := &rproc{id: m.id, next: 1, done: make(chan struct{})}
+			if m.onDecision != nil {
+				rp.decisions = startDecisions(m.onDecision, rp.done)
+			}
 			st.procs[m.id] = rp
 			if m.attach {
 				m.known <- false

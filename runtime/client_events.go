@@ -31,13 +31,14 @@ func (rs remoteSub) needsRead(after uint64) bool {
 }
 
 type remoteSub struct {
-	live      <-chan actors.Event
-	upto      uint64 // the first seq live will carry
-	exited    bool
-	exitSeq   uint64
-	exitCode  int
-	closed    bool
-	closedSeq uint64
+	live       <-chan actors.Event
+	upto       uint64 // the first seq live will carry
+	exited     bool
+	exitSeq    uint64
+	exitCode   int
+	exitSignal int
+	closed     bool
+	closedSeq  uint64
 	// hist is every event from seq histFrom up to upto, in seq order (a
 	// copy); with histFrom <= after+1 the history needs no server read.
 	hist     []actors.Event
@@ -48,17 +49,22 @@ type remoteSub struct {
 // rproc is the client's view of one remote process, owned by run. Only
 // done, exitCode and failure are read by others, after done is closed.
 type rproc struct {
-	id        string
-	next      uint64 // next seq to deliver
-	reorder   map[uint64]actors.Event
-	exited    bool
-	exitSeq   uint64
-	exitCode  int
-	limit     string // the resource limit that ended it (from process/exited)
-	closed    bool
-	closedSeq uint64
-	listeners []chan actors.Event
-	done      chan struct{}
+	id         string
+	next       uint64 // next seq to deliver
+	reorder    map[uint64]actors.Event
+	exited     bool
+	exitSeq    uint64
+	exitCode   int
+	exitSignal int    // as actors.Event.ExitSignal (-1: the server did not say)
+	limit      string // the resource limit that ended it (from process/exited)
+	closed     bool
+	closedSeq  uint64
+	listeners  []chan actors.Event
+	done       chan struct{}
+	// decisions feeds Spec.Network.OnDecision (nil without one); the
+	// actor never waits on it: a full queue drops the decision for the
+	// callback (the server counted and logged it).
+	decisions chan<- NetworkDecision
 	failure   error // the latched disconnect, or the process's *ProcessError
 	// hist is the client's own history of the newest events (at most
 	// histBytes of output in histEvents events), from seq histFrom on,
@@ -92,6 +98,17 @@ type rproc struct {
 
 func (st *clientState) notification(msg wire.Message) {
 	switch msg.Method {
+	case wire.NotifyNetworkPolicyDecision:
+		var n wire.PolicyDecisionParams
+		if json.Unmarshal(msg.Params, &n) != nil {
+			return
+		}
+		if rp := st.procs[n.ProcessID]; rp != nil && rp.decisions != nil {
+			select {
+			case rp.decisions <- decisionFromWire(n):
+			default:
+			}
+		}
 	case wire.NotifyProcessOutput:
 		var n wire.OutputNotification
 		if json.Unmarshal(msg.Params, &n) == nil {
@@ -103,7 +120,7 @@ func (st *clientState) notification(msg wire.Message) {
 			return
 		}
 		if rp := st.procs[n.ProcessID]; rp != nil {
-			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventExited, Seq: n.Seq, ExitCode: n.ExitCode, Limit: n.Limit})
+			st.deliver(rp, actors.Event{ProcessID: n.ProcessID, Kind: actors.EventExited, Seq: n.Seq, ExitCode: n.ExitCode, ExitSignal: wireSignal(n.ExitSignal), Limit: n.Limit})
 		}
 	case wire.NotifyProcessClosed:
 		var n wire.ClosedNotification
@@ -184,7 +201,7 @@ func (st *clientState) emit(rp *rproc, ev actors.Event) {
 	}
 	switch ev.Kind {
 	case actors.EventExited:
-		rp.exited, rp.exitSeq, rp.exitCode = true, ev.Seq, ev.ExitCode
+		rp.exited, rp.exitSeq, rp.exitCode, rp.exitSignal = true, ev.Seq, ev.ExitCode, ev.ExitSignal
 		if ev.Limit != "" {
 			rp.limit = ev.Limit
 		}
@@ -235,7 +252,7 @@ func (st *clientState) subscribe(id string, after uint64) remoteSub {
 	} else {
 		rp.listeners = append(rp.listeners, live)
 	}
-	rs := remoteSub{live: live, upto: rp.next, exited: rp.exited, exitSeq: rp.exitSeq, exitCode: rp.exitCode, closed: rp.closed, closedSeq: rp.closedSeq}
+	rs := remoteSub{live: live, upto: rp.next, exited: rp.exited, exitSeq: rp.exitSeq, exitCode: rp.exitCode, exitSignal: rp.exitSignal, closed: rp.closed, closedSeq: rp.closedSeq}
 	if rp.histFrom > 0 {
 		rs.hist, rs.histFrom = append([]actors.Event(nil), rp.hist...), rp.histFrom
 	}
@@ -411,7 +428,7 @@ func (st *clientState) catchUp(id string, res wire.ReadResult) {
 		if res.ExitCode != nil {
 			code = *res.ExitCode
 		}
-		evs = append(evs, actors.Event{ProcessID: id, Kind: actors.EventExited, Seq: missing[len(missing)-1], ExitCode: code, Limit: res.Limit})
+		evs = append(evs, actors.Event{ProcessID: id, Kind: actors.EventExited, Seq: missing[len(missing)-1], ExitCode: code, ExitSignal: wireSignal(res.ExitSignal), Limit: res.Limit})
 		missing = missing[:len(missing)-1]
 	}
 	for i := 0; i < len(missing); {
@@ -486,7 +503,7 @@ func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscripti
 			}
 		}
 		if rs.exited && rs.exitSeq > after && rs.exitSeq < rs.upto {
-			evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventExited, Seq: rs.exitSeq, ExitCode: rs.exitCode})
+			evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventExited, Seq: rs.exitSeq, ExitCode: rs.exitCode, ExitSignal: rs.exitSignal})
 		}
 		if rs.closed && rs.closedSeq > after && rs.closedSeq < rs.upto {
 			evs = append(evs, actors.Event{ProcessID: p.id, Kind: actors.EventClosed, Seq: rs.closedSeq})
@@ -505,4 +522,13 @@ func (p *remoteProcess) subscribe(ctx context.Context, after uint64) (subscripti
 		}
 	}
 	return subscription{history: history, live: rs.live}, nil
+}
+
+// wireSignal is an exitSignal extension field as actors.Event.ExitSignal
+// has it: -1 when the server did not send one.
+func wireSignal(sig *int) int {
+	if sig == nil || *sig < 0 {
+		return -1
+	}
+	return *sig
 }

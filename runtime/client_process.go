@@ -57,7 +57,11 @@ func (c *Client) Start(ctx context.Context, spec Spec) (Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	rp, err := c.register(ctx, registerProcMsg{id: spec.ID})
+	reg := registerProcMsg{id: spec.ID}
+	if spec.Network != nil {
+		reg.onDecision = spec.Network.OnDecision
+	}
+	rp, err := c.register(ctx, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -128,6 +132,10 @@ func startParams(spec Spec) (wire.StartParams, error) {
 	}
 	params.Limits = spec.Limits.wire()
 	params.Metadata = wireMetadata(spec.Metadata)
+	if spec.Network != nil {
+		params.NetworkProxy = spec.Network.wire()
+		params.EnforceManagedNetwork = true
+	}
 	return params, nil
 }
 
@@ -243,6 +251,7 @@ func (p *remoteProcess) Read(ctx context.Context, opts ReadOptions) (ReadResult,
 	out := ReadResult{NextSeq: res.NextSeq, Exited: res.Exited, Closed: res.Closed, Chunks: make([]Chunk, len(res.Chunks))}
 	if res.ExitCode != nil {
 		out.ExitCode = *res.ExitCode
+		out.Status = exitStatus(out.ExitCode, wireSignal(res.ExitSignal), res.Limit)
 	}
 	for i, ch := range res.Chunks {
 		out.Chunks[i] = Chunk{Seq: ch.Seq, Stream: Stream(ch.Stream), Data: ch.Chunk}
@@ -256,7 +265,7 @@ func (p *remoteProcess) Wait(ctx context.Context) (ExitStatus, error) {
 		if p.rp.failure != nil {
 			return ExitStatus{}, p.rp.failure
 		}
-		return ExitStatus{Code: p.rp.exitCode, Limit: p.rp.limit}, nil
+		return exitStatus(p.rp.exitCode, p.rp.exitSignal, p.rp.limit), nil
 	case <-ctx.Done():
 		return ExitStatus{}, ctx.Err()
 	}

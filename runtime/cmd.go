@@ -58,6 +58,8 @@ type Cmd struct {
 	ID string
 	// Metadata attributes the process to a thread and tool call.
 	Metadata *Metadata
+	// Network gives the process a managed network, as in Spec.
+	Network *Network
 
 	// Process is the started process, set by Start.
 	Process Process
@@ -140,7 +142,7 @@ func (c *Cmd) Start() error {
 	}
 	spec := Spec{
 		ID: c.ID, Argv: c.Args, Dir: dir, Env: c.Env, EnvPolicy: c.EnvPolicy, TTY: c.TTY, Size: c.Size,
-		PipeStdin: c.Stdin != nil && !c.TTY, Sandbox: c.Sandbox, Limits: c.Limits, Metadata: c.Metadata,
+		PipeStdin: c.Stdin != nil && !c.TTY, Sandbox: c.Sandbox, Limits: c.Limits, Metadata: c.Metadata, Network: c.Network,
 	}
 	if err := checkCmdSpec(spec); err != nil {
 		return err

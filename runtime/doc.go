@@ -140,7 +140,12 @@
 // within ReconnectWindow, re-initializes with the session id, catches each
 // open process up with process/read from its last delivered seq, and
 // resends unanswered requests (writes keep their writeId, so the server
-// applies each once). Only if that fails does it latch. Against a runtimed
+// applies each once). Only if that fails does it latch. A resume the server
+// refuses because it no longer has the session (its detach TTL ran out, it
+// restarted) latches an error matching both ErrDisconnected and
+// [ErrSessionGone], with the server's [*RPCError] in its chain; Dial with
+// ClientOptions.ResumeSessionID returns the same; a server that cannot be
+// reached gives ErrDisconnected (or the dial error) without ErrSessionGone. Against a runtimed
 // server (capability runtimedOutputAck) the client acknowledges the output
 // it receives (process/ack, every 128 KiB and 20 ms after the last), so the
 // server keeps what was in flight at a drop and the catch-up is lossless at
@@ -161,6 +166,31 @@
 // sees every event from seq 1 even if the process was already forgotten
 // (Local registers its first subscriber's queue at spawn; a Client keeps
 // its own history, below).
+//
+// A runtime that dies without shutting down (runtimed serve killed with
+// SIGKILL, an embedding program that crashed or called os.Exit) leaves its
+// process trees running, reparented to pid 1: nothing of the dead process
+// can stop them. Each tree stays findable: in its cgroup (the default
+// containment where the host allows it; a cgroup holds every descendant)
+// or, with subreaper and process-group containment, by the record of its
+// process group in Config.StateDir. The next NewServer or NewLocal on the
+// machine (same user, same cgroup, same StateDir) kills what runtimes of
+// processes no longer running left, logs each tree (pid of the dead
+// runtime, cgroup or record, pids killed), and removes their directories;
+// a program that wants this at start-up without a runtime calls
+// [ReclaimOrphans]. Not found after a crash: with process-group
+// containment, descendants that left the group (setsid); runtimes of live
+// processes are never touched.
+//
+// Supervisor: a lost backend is not an exit. A service whose Start or
+// Wait fails with ErrDisconnected or ErrClosed is [ServiceLost] (its
+// LastError wraps [ErrBackendLost], its LastExit is nil: how the process
+// ended is unknown); nothing more is started on that backend and its
+// restart intensity is not charged. With SupervisorOptions.Redial the
+// supervisor makes a new backend (at once, then with backoff on its
+// Clock) and starts the lost services on it; without it they stay lost
+// until Stop. Every state change carries a [ServiceReason]; the table of
+// legal changes is in supervise_fsm.go.
 //
 // Dial refuses a URL that is not ws:// or wss:// with [ErrBadURL] (the
 // message suggests the fix) and a 401 with [ErrUnauthorized]. A TLS pair
@@ -187,5 +217,9 @@
 // an EventGap (a reported, typed loss). A Cmd's copy to a blocking Stdout
 // or Stderr holds only its own stream back: it lags and re-reads
 // retention, and output evicted meanwhile makes Wait return ErrOutputLost
-// (never silently). The server side's policies are in package actors.
+// (never silently). A Supervisor never waits on a Subscribe queue (its
+// buf): an event that does not fit is dropped and counted, and the next
+// event that subscriber gets says how many it missed
+// (ServiceEvent.Dropped); Status has the current state. The server side's
+// policies are in package actors.
 package runtime

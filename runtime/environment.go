@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"net/url"
 
 	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/contain"
@@ -51,6 +50,11 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 		// root-metadata symlink targets under approved root writes are not
 		// verified here.
 		c.LinuxRootWritePreservesDevices = c.RuntimedSandbox
+		// A managed network only where the sandbox places the proxies as
+		// the command's only way out (Config.NetPlacer); never advertised
+		// otherwise.
+		c.NetworkProxyLaunch = iso.net != nil
+		c.NetworkProxyReviewDomains = c.NetworkProxyLaunch
 		if iso.Contain != nil {
 			c.RuntimedTreeContainment = iso.Contain.Mode() != contain.ModePgroup
 			c.RuntimedLimits = iso.Contain.LimitsOnTree()
@@ -114,12 +118,18 @@ func environmentFromWire(w wire.EnvironmentInfo) EnvironmentInfo {
 	return info
 }
 
+// nativePath is the native path of a URI the server sent (wire.ParseFileURI,
+// the decoder of the server's own arguments); what is not a local file: URI
+// is kept as sent.
 func nativePath(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "file" || (u.Host != "" && u.Host != "localhost") {
+	if !wire.IsFileURI(s) {
 		return s
 	}
-	return u.Path
+	p, err := wire.ParseFileURI(s)
+	if err != nil {
+		return s
+	}
+	return p
 }
 
 func nativePaths(ss []string) []string {

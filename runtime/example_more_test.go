@@ -109,7 +109,7 @@ func ExampleSandbox() {
 	fmt.Printf("%q %v\n", out, err)
 
 	p, err := b.Start(ctx, runtime.Spec{
-		Argv:   []string{"sh", "-c", "head -c 100000 /dev/zero > " + filepath.Join(dir, "big")},
+		Argv:   []string{"sh", "-c", "exec head -c 100000 /dev/zero > " + filepath.Join(dir, "big")},
 		Dir:    dir,
 		Limits: runtime.Limits{FileSizeBytes: 4096},
 	})

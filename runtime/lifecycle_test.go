@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/runtimed/runtimed/actors"
-	"github.com/runtimed/runtimed/wire"
 )
 
 // backendsWith are the three backends on one configuration.
@@ -25,24 +23,7 @@ func backendsWith(cfg Config) []backendCase {
 			return l
 		}},
 		{"websocket", func(t *testing.T) Backend { c, _ := newWSBackend(t, cfg, nil); return c }},
-		{"stdio", func(t *testing.T) Backend {
-			c := cfg
-			c.Logger = zaptest.NewLogger(t)
-			srv := NewServer(c)
-			toServerR, toServerW, _ := os.Pipe()
-			toClientR, toClientW, _ := os.Pipe()
-			served := make(chan struct{})
-			go func() {
-				_ = srv.ServeTransport(wire.NewStdioTransport(toServerR, toClientW, 0), false)
-				close(served)
-			}()
-			cl, err := NewClient(ctxT(t), wire.NewStdioTransport(toClientR, toServerW, 0), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cl.Close(); <-served; _ = srv.Close() })
-			return cl
-		}},
+		{"stdio", func(t *testing.T) Backend { return newStdioServer(t, cfg).c }},
 	}
 }
 

@@ -78,6 +78,8 @@ func supervisorConfig(cfg Config, iso *isolation) actors.Config {
 		Environment:     hostEnvironment(),
 		Capabilities:    capabilities(cfg, iso),
 		HTTP:            actors.HTTPConfig{Enabled: !cfg.DisableHTTPRequests, MaxBodyBytes: cfg.MaxHTTPBodyBytes},
+		NetworkDeny:     cfg.NetworkDeny,
+		NetPlacer:       iso.net,
 		CodexSystemDir:  cfg.CodexSystemDir,
 		Logger:          cfg.Logger,
 	}
@@ -102,6 +104,13 @@ func (l *Local) Start(ctx context.Context, spec Spec) (Process, error) {
 	}
 	if p := spec.envPolicy(); p != nil {
 		req.EnvPolicy = &osproc.EnvPolicy{Inherit: p.Inherit, IgnoreDefaultExcludes: p.IgnoreDefaultExcludes, Exclude: p.Exclude, Set: p.Set, IncludeOnly: p.IncludeOnly}
+	}
+	if spec.Network != nil {
+		n, err := localNetwork(spec.ID, spec.Network)
+		if err != nil {
+			return nil, err
+		}
+		req.Network = n
 	}
 	res, err := l.sup.Start(ctx, localOwner{l}, req)
 	if err != nil {
@@ -313,6 +322,9 @@ func (p *localProcess) Read(ctx context.Context, opts ReadOptions) (ReadResult, 
 		return ReadResult{}, p.actorErr(err)
 	}
 	out := ReadResult{NextSeq: r.NextSeq, Exited: r.Exited, ExitCode: r.ExitCode, Closed: r.Closed, Chunks: make([]Chunk, len(r.Chunks))}
+	if r.Exited {
+		out.Status = exitStatus(r.ExitCode, r.ExitSignal, r.Limit)
+	}
 	for i, c := range r.Chunks {
 		out.Chunks[i] = Chunk{Seq: c.Seq, Stream: Stream(c.Stream.String()), Data: c.Data}
 	}
@@ -325,7 +337,7 @@ func (p *localProcess) Wait(ctx context.Context) (ExitStatus, error) {
 		if f := p.failure(); f != nil {
 			return ExitStatus{}, f
 		}
-		return ExitStatus{Code: p.ref.ExitCode(), Limit: p.ref.Limit()}, nil
+		return exitStatus(p.ref.ExitCode(), p.ref.ExitSignal(), p.ref.Limit()), nil
 	case <-ctx.Done():
 		return ExitStatus{}, ctx.Err()
 	}

@@ -36,6 +36,8 @@ type serverMetrics struct {
 	requestSeconds *prometheus.HistogramVec
 	requestErrors  *prometheus.CounterVec
 	refusals       *prometheus.CounterVec
+	netDecisions   *prometheus.CounterVec // by decision, source (closed sets)
+	netDropped     prometheus.Counter
 }
 
 var _ actors.Metrics = (*serverMetrics)(nil)
@@ -65,10 +67,12 @@ func newServerMetrics() *serverMetrics {
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}, []string{"method"})
 	m.requestErrors = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runtimed_request_errors_total", Help: "Requests answered with an error, by JSON-RPC code."}, []string{"code"})
 	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runtimed_refusals_total", Help: "Requests refused by a configured limit, by limit."}, []string{"limit"})
+	m.netDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "runtimed_network_decisions_total", Help: "Decisions of managed-network proxies, by decision (allow, deny) and source (baseline_policy, mode_guard, decider)."}, []string{"decision", "source"})
+	m.netDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "runtimed_network_decision_notifications_dropped_total", Help: "network/policyDecision notifications not sent because a process's queue of them was full."})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "runtimed_build_info", Help: "Always 1; the labels describe the build."}, []string{"version", "goversion"})
 	build.WithLabelValues(buildVersion(), goVersion()).Set(1)
 	for _, c := range []prometheus.Collector{m.connsOpen, m.connsTotal, m.sessions, m.sessionExpired, m.started, m.spawnFailed, m.running, m.ended,
-		m.spawnSeconds, outBytes, m.evictedChunks, m.evictedBytes, m.backpressure, m.requestSeconds, m.requestErrors, m.refusals, build,
+		m.spawnSeconds, outBytes, m.evictedChunks, m.evictedBytes, m.backpressure, m.requestSeconds, m.requestErrors, m.refusals, m.netDecisions, m.netDropped, build,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector()} {
 		f(c)
 	}
@@ -120,6 +124,10 @@ func (m *serverMetrics) Sessions(attached, detached int) {
 	m.sessions.WithLabelValues("detached").Set(float64(detached))
 }
 func (m *serverMetrics) SessionExpired() { m.sessionExpired.Inc() }
+func (m *serverMetrics) NetworkDecision(decision, source string) {
+	m.netDecisions.WithLabelValues(decision, source).Inc()
+}
+func (m *serverMetrics) NetworkEventsDropped(n int) { m.netDropped.Add(float64(n)) }
 
 // connOpened counts a connection of t's transport until the returned
 // function is called. A nil receiver (metrics off) counts nothing.

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"github.com/runtimed/runtimed/actors/contain"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -121,11 +120,11 @@ type Limits struct {
 
 // Limit names reported in ExitStatus.Limit.
 const (
-	LimitMemory   = contain.LimitMemory
-	LimitPids     = contain.LimitPids
-	LimitCPU      = contain.LimitCPU
-	LimitOpenFile = contain.LimitOpenFile
-	LimitFileSize = contain.LimitFileSize
+	LimitMemory   = "memory"    // Limits.MemoryBytes
+	LimitPids     = "pids"      // Limits.Pids
+	LimitCPU      = "cpu"       // Limits.CPUSeconds
+	LimitOpenFile = "openFiles" // Limits.OpenFiles
+	LimitFileSize = "fileSize"  // Limits.FileSizeBytes
 )
 
 func (l Limits) wire() *wire.StartLimits {

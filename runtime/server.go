@@ -25,7 +25,7 @@ const (
 	DefaultClosedRetention = 30 * time.Second
 	DefaultShutdownGrace   = 2 * time.Second
 	DefaultMaxProcesses    = 4096
-	DefaultMaxMessageBytes = wire.DefaultMaxMessageBytes
+	DefaultMaxMessageBytes = 64 << 20 // 64 MiB
 	// drainAfterTerminate: how long a terminated process's output may still
 	// drain after it exits before its streams are closed by force.
 	drainAfterTerminate = 100 * time.Millisecond
@@ -68,15 +68,15 @@ type Config struct {
 	// connection the budgets refuse gets that error with id null and a
 	// close frame 1008.
 	//
-	// MaxConnections bounds open connections (default: the smaller of a
-	// quarter of the descriptor budget and MaxOutboundBytes /
+	// MaxConnections bounds open connections (default: the smaller of
+	// three quarters of the descriptor budget and MaxOutboundBytes /
 	// OutboundQueueBytes).
 	MaxConnections int
 	// MaxProcessesTotal bounds active processes server-wide (default: the
 	// smaller of the descriptor budget without the reserve / 6 and
 	// MaxRetainedBytes / what one process may retain).
 	MaxProcessesTotal int
-	// MaxOpenFiles bounds the descriptors charged to connections (2 each)
+	// MaxOpenFiles bounds the descriptors charged to connections (1 each)
 	// and processes (6 each) (default: RLIMIT_NOFILE minus those open at
 	// start and 32); FDReserve of them (default 1/16, between 32 and 1024)
 	// only new connections and sessions with fewer than 2 active processes
@@ -84,15 +84,27 @@ type Config struct {
 	MaxOpenFiles int
 	FDReserve    int // see MaxOpenFiles; below a positive MaxOpenFiles
 	// MaxRetainedBytes bounds the output processes may hold: each charges
-	// RetainBytes plus its read-ahead (18 reads of up to 256 KiB) while it
+	// RetainBytes plus its read-ahead (18 reads of up to 64 KiB) while it
 	// runs, RetainBytes once closed until its retention ends (default: half
 	// of memory, a worst case: the read-ahead fills only behind a slow client).
 	MaxRetainedBytes int64
 	// MaxOutboundBytes bounds all connections' outbound queues; each
-	// connection charges OutboundQueueBytes (default 1 MiB) while open
-	// (default: an eighth of memory).
+	// connection charges OutboundQueueBytes (default 256 KiB,
+	// DefaultOutboundQueueBytes) while open (default: an eighth of memory).
 	MaxOutboundBytes   int64
 	OutboundQueueBytes int // see MaxOutboundBytes
+	// MaxInboundBytes bounds the requests being read, decoded or handled
+	// server-wide, ConnInboundBytes those of one connection (a process/write
+	// to a child that reads slowly is in flight until it is answered). A
+	// message counts once it outgrows 64 KiB, at MaxMessageBytes while it is
+	// read (its size is not known yet), then at its buffer's size. Past either
+	// budget the server stops reading the connection (backpressure); a
+	// message that waits a minute is refused with -32011 naming the limit.
+	// Defaults: the larger of a sixty-fourth of memory and twice
+	// MaxMessageBytes (server-wide), twice MaxMessageBytes (per connection).
+	// Each must be at least MaxMessageBytes.
+	MaxInboundBytes  int64
+	ConnInboundBytes int64 // see MaxInboundBytes
 	// SlowConsumerTimeout closes a websocket connection whose outbound
 	// queue makes no progress for this long (default 30 s); the detach
 	// rules then apply to its session.
@@ -139,6 +151,16 @@ type Config struct {
 	// larger one is an error; streamed bodies are not capped). Zero means
 	// DefaultMaxHTTPBodyBytes, negative is an error.
 	MaxHTTPBodyBytes int64
+	// StateDir holds the records of this runtime's process groups where no
+	// cgroup tracks its trees (subreaper and process-group containment), so
+	// that a runtime started after this one died can kill them; at start it
+	// is searched for the records of runtimes that died (see
+	// ReclaimOrphans). Empty means $RUNTIMED_STATE_DIR, else
+	// $XDG_RUNTIME_DIR/runtimed, else <os.TempDir>/runtimed-<uid>. It is
+	// made (0700) if its parent exists, and used only if it belongs to
+	// this user and nobody else may write it; otherwise nothing is
+	// recorded (logged at start).
+	StateDir string
 	// CodexSystemDir is where the executor's system Codex configuration
 	// lives (config.toml, requirements.toml, skills/) for
 	// environmentConfig/read and capability discovery. Empty: /etc/codex.
@@ -146,6 +168,16 @@ type Config struct {
 	// Metrics collects Prometheus metrics in a registry of this server's
 	// own, served by ObservabilityHandler (see docs/operations.md).
 	Metrics bool
+	// NetworkDeny is the operator's network floor: domain patterns (host,
+	// *.d, **.d; not "*") that no client's managed-network policy can
+	// allow (runtimed serve --network-deny).
+	NetworkDeny []string
+
+	// netPlacer places managed-network proxies (actors.Config.NetPlacer). No
+	// host sets it yet (the sandbox's network namespace will): only this
+	// package's tests do, with an unconfined loopback placer, to exercise
+	// the plumbing.
+	netPlacer actors.NetPlacer
 }
 
 // Validate reports configuration errors that NewServer would otherwise

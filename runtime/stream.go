@@ -41,8 +41,11 @@ type Event struct {
 	Stream   Stream    // of an EventOutput
 	Data     []byte    // of an EventOutput
 	ExitCode int       // of an EventExited
-	To       uint64    // last seq of an EventGap
-	Err      error     // of an EventFailed
+	// Status is the whole ending of an EventExited (signal or exit code,
+	// the limit that ended it), as Wait returns it.
+	Status ExitStatus
+	To     uint64 // last seq of an EventGap
+	Err    error  // of an EventFailed
 }
 
 // subscription is what a backend's subscribe returns: the history after a
@@ -166,6 +169,7 @@ func convertEvent(ev actors.Event) Event {
 		out.Kind, out.Stream, out.Data = EventOutput, Stream(ev.Stream.String()), ev.Data
 	case actors.EventExited:
 		out.Kind = EventExited
+		out.Status = exitStatus(ev.ExitCode, ev.ExitSignal, ev.Limit)
 	case actors.EventClosed:
 		out.Kind = EventClosed
 	case actors.EventGap:

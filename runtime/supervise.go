@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -66,13 +65,16 @@ type Service struct {
 	StopGrace time.Duration
 }
 
-// ServiceState is where a service is in its life.
+// ServiceState is where a service is in its life (supervise_fsm.go draws
+// the transitions; each carries a ServiceReason).
 type ServiceState string
 
 const (
+	ServicePending  ServiceState = "pending"  // waiting for the services before it to start (Start's ordered first start)
 	ServiceStarting ServiceState = "starting" // being started
 	ServiceRunning  ServiceState = "running"  // its process runs
 	ServiceBackoff  ServiceState = "backoff"  // ended; waiting to restart
+	ServiceLost     ServiceState = "lost"     // its backend was lost; started again once a backend can (SupervisorOptions.Redial)
 	ServiceExited   ServiceState = "exited"   // ended for good (by its policy)
 	ServiceFailed   ServiceState = "failed"   // gave up: too many restarts in the window
 	ServiceStopping ServiceState = "stopping" // being stopped by Stop
@@ -81,13 +83,20 @@ const (
 
 // ServiceStatus is the observable health of one service.
 type ServiceStatus struct {
-	Name      string       // the service
-	State     ServiceState // where it is now
-	ProcessID string       // the current or last process, "" before the first start
-	Restarts  int          // restarts so far
-	LastExit  *ExitStatus  // how its last process ended; nil before
-	LastError error        // the last start error, if the last attempt failed
-	Since     time.Time    // when it entered State
+	Name      string        // the service
+	State     ServiceState  // where it is now
+	Reason    ServiceReason // why it entered State
+	ProcessID string        // the current or last process, "" before the first start
+	Restarts  int           // restarts so far (its process NAME#N has N = Restarts+1)
+	// LastExit is how its last process ended; nil before the first
+	// ending, and after its backend was lost (how it ended is unknown
+	// then: a lost backend is never taken for an exit).
+	LastExit *ExitStatus
+	// LastError is the last start error if the last attempt failed, the
+	// process's failure, or (ServiceLost) an error wrapping ErrBackendLost
+	// and the backend's error (ErrDisconnected, ErrClosed).
+	LastError error
+	Since     time.Time // when it entered State
 }
 
 // ServiceEvent is a change of a service's state. Dropped counts events
@@ -115,21 +124,39 @@ type SupervisorOptions struct {
 	Logger *zap.Logger // nil: no logging
 	// Rand returns a float in [0, 1) for the jitter; nil: math/rand/v2.
 	Rand func() float64
+	// Redial, if set, makes a new backend when the current one is lost:
+	// its Start or a process's Wait failed with ErrDisconnected (a Client
+	// whose connection was lost and, with ClientOptions.Reconnect, could
+	// not be resumed, e.g. a restarted server) or ErrClosed. The services
+	// it ran are ServiceLost meanwhile and nothing is started on the lost
+	// backend. Redial is called at once, then again after each failure
+	// with backoff (100 ms doubling to 5 s, ±20 %, on Clock); ctx ends when
+	// Stop begins. With the backend it returns, every lost service starts
+	// again (without backoff: losing the backend is not the service's
+	// failure, and it does not count in MaxRestarts). The supervisor owns
+	// the backends Redial returns: it closes one when it is lost in turn
+	// and the last one when it stops. The backend given to NewSupervisor
+	// stays the caller's. Nil: lost services stay lost until Stop.
+	Redial func(ctx context.Context) (Backend, error)
 }
 
 // Supervisor keeps a set of named processes running on any Backend, local
 // or remote, with restart policies, exponential backoff with jitter and a
 // restart intensity limit. Services start in the order they were added
-// and stop in reverse order. It is an actor: one goroutine owns every
-// service's state; Status and Subscribe ask it. Add and Start are called
+// and stop in reverse order. A lost backend (a remote Client whose
+// connection is gone) is not an exit: the services are ServiceLost until
+// SupervisorOptions.Redial gives a backend again. It is an actor
+// (supervise_run.go): one goroutine owns every service's state; Status
+// and Subscribe ask it. Add and Start are called
 // by one goroutine before the supervisor is shared; after Start, Status,
 // Subscribe and Stop may be called from any goroutine.
 type Supervisor struct {
-	b    Backend
-	clk  Clock
-	rnd  func() float64
-	log  *zap.Logger
-	svcs []Service // fixed at Start
+	b      Backend
+	clk    Clock
+	rnd    func() float64
+	log    *zap.Logger
+	redial func(ctx context.Context) (Backend, error) // nil: none
+	svcs   []Service                                  // fixed at Start
 
 	mbox    chan supMsg         // requests and facts; run reads it
 	done    chan struct{}       // closed when run returns
@@ -156,6 +183,7 @@ func NewSupervisor(b Backend, opts *SupervisorOptions) *Supervisor {
 		if opts.Rand != nil {
 			s.rnd = opts.Rand
 		}
+		s.redial = opts.Redial
 	}
 	return s
 }
@@ -205,54 +233,6 @@ func (svc Service) withDefaults() (Service, error) {
 	return svc, nil
 }
 
-// supMsg is the closed set of messages the supervisor actor handles.
-type supMsg interface{ isSupMsg() }
-
-type (
-	startedMsg struct { // a start attempt finished
-		idx  int
-		gen  int
-		proc Process
-		err  error
-	}
-	endedMsg struct { // a service's process ended
-		idx int
-		gen int
-		st  ExitStatus
-		err error
-	}
-	statusMsg struct{ reply chan []ServiceStatus }
-	subMsg    struct {
-		ch    chan ServiceEvent
-		reply chan func()
-	}
-	unsubMsg struct{ ch chan ServiceEvent }
-	stopMsg  struct {
-		ctx   context.Context
-		reply chan error
-	}
-)
-
-func (startedMsg) isSupMsg() {}
-func (endedMsg) isSupMsg()   {}
-func (statusMsg) isSupMsg()  {}
-func (subMsg) isSupMsg()     {}
-func (unsubMsg) isSupMsg()   {}
-func (stopMsg) isSupMsg()    {}
-
-// svcState is one service as the actor sees it; owned by run.
-type svcState struct {
-	ServiceStatus
-	svc       Service
-	gen       int     // incarnation number (process NAME#gen)
-	proc      Process // the running process, nil otherwise
-	delay     time.Duration
-	startedAt time.Time
-	restarts  []time.Time // restart times inside the window
-	retry     <-chan time.Time
-	retryAt   time.Time
-}
-
 // fact hands a watcher's fact to the actor, or drops it once the actor
 // has stopped (nobody waits for it then).
 func (s *Supervisor) fact(m supMsg) {
@@ -280,240 +260,18 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	}
 }
 
-// run is the supervisor actor.
-func (s *Supervisor) run(firstDone chan struct{}) {
-	defer close(s.done)
-	st := make([]*svcState, len(s.svcs))
-	for i, svc := range s.svcs {
-		st[i] = &svcState{ServiceStatus: ServiceStatus{Name: svc.Name, State: ServiceStarting, Since: s.clk.Now()}, svc: svc, delay: svc.Backoff.Initial}
-	}
-	subs := s.presubs
-	dropped := map[chan ServiceEvent]int{}
-	publish := func(ss *svcState) {
-		for _, ch := range subs {
-			select {
-			case ch <- ServiceEvent{ServiceStatus: ss.ServiceStatus, Dropped: dropped[ch]}:
-				dropped[ch] = 0
-			default:
-				dropped[ch]++ // reported with the next event this subscriber gets
-			}
-		}
-	}
-	setState := func(ss *svcState, state ServiceState) {
-		ss.State, ss.Since = state, s.clk.Now()
-		s.log.Info("service", zap.String("service", ss.Name), zap.String("state", string(state)), zap.Int("restarts", ss.Restarts))
-		publish(ss)
-	}
-	// Ordered start: one at a time, each waits for the previous.
-	next := 0
-	startOne := func(i int) {
-		ss := st[i]
-		ss.gen++
-		ss.retry = nil
-		spec := ss.svc.Spec
-		spec.ID = ss.Name + "#" + strconv.Itoa(ss.gen)
-		ss.ProcessID = spec.ID
-		setState(ss, ServiceStarting)
-		gen := ss.gen
-		go func() {
-			p, err := s.b.Start(context.Background(), spec)
-			s.fact(startedMsg{idx: i, gen: gen, proc: p, err: err})
-		}()
-	}
-	if len(st) == 0 {
-		close(firstDone)
-		firstDone = nil
-	} else {
-		startOne(0)
-	}
-	// ended decides what happens after an ending (or a failed start).
-	ended := func(ss *svcState, failed bool) {
-		ss.proc = nil
-		now := s.clk.Now()
-		if !ss.startedAt.IsZero() && now.Sub(ss.startedAt) >= ss.svc.Backoff.ResetAfter {
-			ss.delay = ss.svc.Backoff.Initial // it ran long enough: a fresh failure
-		}
-		restart := ss.svc.Restart == RestartAlways || ss.svc.Restart == RestartOnFailure && failed
-		if !restart {
-			setState(ss, ServiceExited)
-			return
-		}
-		kept := ss.restarts[:0]
-		for _, t := range ss.restarts {
-			if now.Sub(t) < ss.svc.Window {
-				kept = append(kept, t)
-			}
-		}
-		ss.restarts = kept
-		if ss.svc.MaxRestarts >= 0 && len(ss.restarts) >= ss.svc.MaxRestarts {
-			s.log.Warn("service gave up", zap.String("service", ss.Name), zap.Int("restarts_in_window", len(ss.restarts)), zap.Duration("window", ss.svc.Window))
-			setState(ss, ServiceFailed)
-			return
-		}
-		wait := ss.delay
-		if j := ss.svc.Backoff.Jitter; j > 0 {
-			wait = time.Duration(float64(wait) * (1 + j*(2*s.rnd()-1)))
-		}
-		ss.delay = min(2*ss.delay, ss.svc.Backoff.Max)
-		ss.retry, ss.retryAt = s.clk.After(wait), now.Add(wait)
-		setState(ss, ServiceBackoff)
-	}
-	var stopping *stopMsg
-	var stopIdx int
-	for {
-		if stopping != nil {
-			// Reverse order: stop the last service still up, wait for its end.
-			for stopIdx >= 0 && st[stopIdx].proc == nil && st[stopIdx].State != ServiceStarting {
-				if st[stopIdx].State == ServiceRunning {
-					setState(st[stopIdx], ServiceStopped)
-				}
-				stopIdx--
-			}
-			if stopIdx < 0 {
-				for _, ch := range subs {
-					close(ch)
-				}
-				stopping.reply <- nil
-				return
-			}
-			if ss := st[stopIdx]; ss.proc != nil && ss.State == ServiceRunning {
-				setState(ss, ServiceStopping)
-				p, grace, ctx := ss.proc, ss.svc.StopGrace, stopping.ctx
-				go func() { _, _ = p.Terminate(ctx, grace) }()
-			}
-		}
-		// Wait for the first due retry among services in backoff.
-		var retry <-chan time.Time
-		retryIdx := -1
-		if stopping == nil {
-			for i, ss := range st {
-				if ss.retry != nil && (retryIdx < 0 || ss.retryAt.Before(st[retryIdx].retryAt)) {
-					retry, retryIdx = ss.retry, i
-				}
-			}
-		}
-		select {
-		case <-retry:
-			ss := st[retryIdx]
-			ss.restarts = append(ss.restarts, s.clk.Now())
-			ss.Restarts++
-			startOne(retryIdx)
-		case m := <-s.mbox:
-			switch m := m.(type) {
-			case startedMsg:
-				ss := st[m.idx]
-				if m.gen != ss.gen {
-					continue
-				}
-				if next == m.idx && firstDone != nil {
-					next++
-					if next < len(st) {
-						startOne(next)
-					} else {
-						close(firstDone)
-						firstDone = nil
-					}
-				}
-				if m.err != nil {
-					ss.LastError = m.err
-					s.log.Warn("service start failed", zap.String("service", ss.Name), zap.Error(m.err))
-					if stopping != nil {
-						setState(ss, ServiceStopped)
-						continue
-					}
-					ended(ss, true)
-					continue
-				}
-				ss.LastError = nil
-				ss.proc, ss.startedAt = m.proc, s.clk.Now()
-				if stopping != nil { // stopped while starting: take it down
-					go func(p Process) { _, _ = p.Terminate(context.Background(), 0) }(m.proc)
-				}
-				setState(ss, ServiceRunning)
-				idx, gen, p := m.idx, m.gen, m.proc
-				go func() {
-					st, err := p.Wait(context.Background())
-					s.fact(endedMsg{idx: idx, gen: gen, st: st, err: err})
-				}()
-			case endedMsg:
-				ss := st[m.idx]
-				if m.gen != ss.gen {
-					continue
-				}
-				exit := m.st
-				ss.LastExit = &exit
-				if m.err != nil {
-					ss.LastError = m.err
-				}
-				if stopping != nil {
-					ss.proc = nil
-					setState(ss, ServiceStopped)
-					continue
-				}
-				ended(ss, m.err != nil || m.st.Code != 0 || m.st.Limit != "")
-			case statusMsg:
-				out := make([]ServiceStatus, len(st))
-				for i, ss := range st {
-					out[i] = ss.ServiceStatus
-				}
-				m.reply <- out
-			case subMsg:
-				subs = append(subs, m.ch)
-				ch := m.ch
-				m.reply <- func() {
-					select {
-					case s.mbox <- unsubMsg{ch: ch}:
-					case <-s.done:
-					}
-				}
-			case unsubMsg:
-				for i, ch := range subs {
-					if ch == m.ch {
-						subs = append(subs[:i], subs[i+1:]...)
-						delete(dropped, ch)
-						close(ch)
-						break
-					}
-				}
-			case stopMsg:
-				if stopping != nil {
-					m.reply <- errors.New("runtime: supervisor is already stopping")
-					continue
-				}
-				stopping = &m
-				stopIdx = len(st) - 1
-				for _, ss := range st {
-					ss.retry = nil
-					if ss.State == ServiceBackoff {
-						setState(ss, ServiceStopped)
-					}
-				}
-			}
-		}
-
-	}
-}
-
 // Stop stops every service in reverse order (each: SIGTERM, SIGKILL after
 // its StopGrace) and returns once all have ended; ctx bounds the wait.
+// Stop after the supervisor stopped returns nil.
 func (s *Supervisor) Stop(ctx context.Context) error {
 	if !s.started.Load() {
 		return nil
 	}
-	reply := make(chan error, 1)
-	select {
-	case s.mbox <- stopMsg{ctx: ctx, reply: reply}:
-	case <-s.done:
+	err, aerr := ask(s, ctx, func(reply chan error) supMsg { return stopMsg{ctx: ctx, reply: reply} })
+	if errors.Is(aerr, ErrSupervisorStopped) {
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
-	select {
-	case err := <-reply:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return cmp.Or(aerr, err)
 }
 
 // Status returns every service's state, restarts and last exit, in order.
@@ -521,56 +279,71 @@ func (s *Supervisor) Status(ctx context.Context) ([]ServiceStatus, error) {
 	if !s.started.Load() {
 		return nil, errors.New("runtime: supervisor not started")
 	}
-	reply := make(chan []ServiceStatus, 1)
-	select {
-	case s.mbox <- statusMsg{reply: reply}:
-	case <-s.done:
-		return nil, ErrSupervisorStopped
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	select {
-	case out := <-reply:
-		return out, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return ask(s, ctx, func(reply chan []ServiceStatus) supMsg { return statusMsg{reply: reply} })
 }
 
 // Subscribe returns a channel of state changes (capacity buf, at least 1)
 // and a cancel func. Subscribing before Start (from the goroutine that
-// calls Add and Start) sees every event from the first. A subscriber that does not keep up loses events, and
-// the next event it gets says how many (Dropped); Status always has the
-// current state. The channel is closed by cancel or when the supervisor
-// stops.
+// calls Add and Start) sees every event from the first. A subscriber that
+// does not keep up loses events, and the next event it gets says how many
+// (Dropped); Status always has the current state. The channel is closed
+// by cancel or when the supervisor stops.
 func (s *Supervisor) Subscribe(ctx context.Context, buf int) (<-chan ServiceEvent, func(), error) {
 	ch := make(chan ServiceEvent, max(buf, 1))
-	unsub := func() {
+	if !s.started.Load() {
+		// Before Start (same goroutine as Add): sees every event from the first.
+		s.presubs = append(s.presubs, ch)
+		return ch, s.unsubscriber(ch), nil
+	}
+	cancel, err := ask(s, ctx, func(reply chan func()) supMsg { return subMsg{ch: ch, reply: reply} })
+	if err != nil {
+		return nil, nil, err
+	}
+	return ch, cancel, nil
+}
+
+// Done is closed when the supervisor has stopped.
+func (s *Supervisor) Done() <-chan struct{} { return s.done }
+
+// ask sends the actor the request msg makes around a reply channel of
+// capacity 1 and waits for the answer, bounded by ctx; once the actor has
+// stopped (unanswered) it is ErrSupervisorStopped.
+func ask[T any](s *Supervisor, ctx context.Context, msg func(reply chan T) supMsg) (T, error) {
+	var zero T
+	reply := make(chan T, 1)
+	select {
+	case s.mbox <- msg(reply):
+	case <-s.done:
+		return zero, ErrSupervisorStopped
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-s.done: // stopped: the request may sit unread in the mailbox
+		select {
+		case r := <-reply: // answered just before it stopped (Stop's own answer)
+			return r, nil
+		default:
+			return zero, ErrSupervisorStopped
+		}
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// unsubscriber is the cancel func of the subscription ch.
+func (s *Supervisor) unsubscriber(ch chan ServiceEvent) func() {
+	return func() {
+		select {
+		case <-s.done:
+			return
+		default:
+		}
 		select {
 		case s.mbox <- unsubMsg{ch: ch}:
 		case <-s.done:
 		}
 	}
-	if !s.started.Load() {
-		// Before Start (same goroutine as Add): sees every event from the first.
-		s.presubs = append(s.presubs, ch)
-		return ch, unsub, nil
-	}
-	reply := make(chan func(), 1)
-	select {
-	case s.mbox <- subMsg{ch: ch, reply: reply}:
-	case <-s.done:
-		return nil, nil, ErrSupervisorStopped
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
-	}
-	select {
-	case cancel := <-reply:
-		return ch, cancel, nil
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
-	}
 }
-
-// Done is closed when the supervisor has stopped.
-func (s *Supervisor) Done() <-chan struct{} { return s.done }

@@ -36,22 +36,10 @@ func nextServiceEvent(t *testing.T, ch <-chan ServiceEvent, want ServiceState) S
 func TestSupervisorCrashLoopBacksOffAndGivesUp(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b Backend) {
 		clk := clocktest.New()
-		sup := NewSupervisor(b, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }}) // jitter factor 1
-		svc := Service{Name: "crash", Spec: sh(t, "exit 3"), Restart: RestartOnFailure,
-			Backoff: Backoff{Initial: time.Second, Max: 4 * time.Second, Jitter: 0.1}, MaxRestarts: 3, Window: time.Minute}
-		if err := sup.Add(svc); err != nil {
-			t.Fatal(err)
-		}
+		sup, events := supervise(t, b, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }}, // jitter factor 1
+			Service{Name: "crash", Spec: sh(t, "exit 3"), Restart: RestartOnFailure,
+				Backoff: Backoff{Initial: time.Second, Max: 4 * time.Second, Jitter: 0.1}, MaxRestarts: 3, Window: time.Minute})
 		ctx := ctxT(t)
-		events, cancel, err := sup.Subscribe(ctx, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cancel()
-		if err := sup.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = sup.Stop(ctx) }()
 		var delays []time.Duration
 		for i := 0; i < 3; i++ {
 			nextServiceEvent(t, events, ServiceBackoff)
@@ -84,27 +72,17 @@ func TestSupervisorPoliciesOrderAndStop(t *testing.T) {
 	b := newLocalBackend(t)
 	clk := clocktest.New()
 	dir := t.TempDir()
-	sup := NewSupervisor(b, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }})
 	long := func(name string) Service {
 		return Service{Name: name, Spec: sh(t, "echo $$ > "+filepath.Join(dir, name)+"; exec sleep 60"), StopGrace: time.Second}
 	}
-	for _, svc := range []Service{
+	sup, events := supervise(t, b, &SupervisorOptions{Clock: clk, Rand: func() float64 { return 0.5 }},
 		long("first"),
-		{Name: "clean-never", Spec: sh(t, "exit 0"), Restart: RestartNever},
-		{Name: "clean-onfail", Spec: sh(t, "exit 0"), Restart: RestartOnFailure},
-		{Name: "clean-always", Spec: sh(t, "exit 0"), Restart: RestartAlways, Backoff: Backoff{Initial: time.Second}},
+		Service{Name: "clean-never", Spec: sh(t, "exit 0"), Restart: RestartNever},
+		Service{Name: "clean-onfail", Spec: sh(t, "exit 0"), Restart: RestartOnFailure},
+		Service{Name: "clean-always", Spec: sh(t, "exit 0"), Restart: RestartAlways, Backoff: Backoff{Initial: time.Second}},
 		long("last"),
-	} {
-		if err := sup.Add(svc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	)
 	ctx := ctxT(t)
-	events, cancel, err := subscribeBeforeStart(t, sup, ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cancel()
 	var order []string
 	first := map[string]bool{}
 	seen := map[string]ServiceState{}

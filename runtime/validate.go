@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"path"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/fsops"
+	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/actors/policy"
 	"github.com/runtimed/runtimed/wire"
 )
@@ -90,6 +92,11 @@ func (spec Spec) check(at string) error {
 	}
 	if err := envMap(at+".Env", spec.Env); err != nil {
 		return err
+	}
+	if spec.Network != nil {
+		if err := spec.Network.validate(); err != nil {
+			return err
+		}
 	}
 	if err := spec.EnvPolicy.check(at + ".EnvPolicy"); err != nil {
 		return err
@@ -409,6 +416,18 @@ func (c Config) validate() error {
 			return invalid("Config."+f.name, "must not be negative (0 means the default), got %d", f.v)
 		}
 	}
+	msgLimit := int64(c.MaxMessageBytes)
+	if msgLimit == 0 {
+		msgLimit = DefaultMaxMessageBytes
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"MaxInboundBytes", c.MaxInboundBytes}, {"ConnInboundBytes", c.ConnInboundBytes}} {
+		if f.v > 0 && f.v < msgLimit {
+			return invalid("Config."+f.name, "must be at least MaxMessageBytes (%d): a message being read is charged that much, got %d", msgLimit, f.v)
+		}
+	}
 	if c.MaxOpenFiles > 0 && c.FDReserve >= c.MaxOpenFiles {
 		return invalid("Config.FDReserve", "must be below MaxOpenFiles (%d), got %d", c.MaxOpenFiles, c.FDReserve)
 	}
@@ -422,6 +441,13 @@ func (c Config) validate() error {
 	}
 	if _, err := fsops.NewRoots(c.FsRoots); err != nil {
 		return invalid("Config.FsRoots", "%v", err)
+	}
+	for i, p := range c.NetworkDeny {
+		if err := netproxy.ParsePattern(p, false); err != nil {
+			var pe *netproxy.PatternError
+			errors.As(err, &pe)
+			return invalid(fmt.Sprintf("Config.NetworkDeny[%d]", i), "pattern %q: %s", p, pe.Reason)
+		}
 	}
 	switch c.DefaultSandbox {
 	case actors.FloorNone, actors.FloorReadOnly, actors.FloorWorkspaceWrite:

@@ -45,6 +45,9 @@ var badSpecs = []struct {
 	{"Spec.EnvPolicy.IncludeOnly[0]", "", func(s *Spec) { s.EnvPolicy = &EnvPolicy{IncludeOnly: []string{""}} }},
 	{"Spec.Size", "", func(s *Spec) { s.TTY, s.Size = true, Size{Rows: 0, Cols: 80} }},
 	{"Spec.Size", "", func(s *Spec) { s.TTY, s.Size = true, Size{Rows: 24} }},
+	{"Spec.Network.Allow[1]", "", func(s *Spec) { s.Network = &Network{Allow: []string{"ok.test", "a.*.test"}} }},
+	{"Spec.Network.Deny[0]", "", func(s *Spec) { s.Network = &Network{Deny: []string{"*"}} }},
+	{"Spec.Network.SOCKS5UDP", "", func(s *Spec) { s.Network = &Network{SOCKS5UDP: true} }},
 	{"Spec.Metadata.ThreadID", "", func(s *Spec) { s.Metadata = &Metadata{ThreadID: "\xff"} }},
 	{"Spec.Metadata.ToolCallID", "", func(s *Spec) { s.Metadata = &Metadata{ToolCallID: "\xfe"} }},
 	{"Spec.Limits.MemoryBytes", "", func(s *Spec) { s.Limits.MemoryBytes = math.MaxInt64 + 1 }},
@@ -313,6 +316,8 @@ func TestConfigValidated(t *testing.T) {
 		{"Config.FsRoots", Config{FsRoots: []string{"/no/such/dir/at/all"}}},
 		{"Config.DefaultSandbox", Config{DefaultSandbox: "tight"}},
 		{"Config.Containment", Config{Containment: "jail"}},
+		{"Config.NetworkDeny[1]", Config{NetworkDeny: []string{"**.ok.test", "*"}}},
+		{"Config.NetworkDeny[0]", Config{NetworkDeny: []string{"a.*.test"}}},
 	} {
 		if err := c.cfg.Validate(); optionOf(err) != c.option {
 			t.Errorf("Validate: %v; want an *OptionError naming %s", err, c.option)
@@ -337,7 +342,7 @@ func TestConfigValidated(t *testing.T) {
 		}
 	}
 	// What is documented as meaningful stays valid.
-	if err := (Config{DetachTTL: -1, ClosedRetention: -1, MaxConnections: -1, SlowConsumerTimeout: -1}).Validate(); err != nil {
+	if err := (Config{DetachTTL: -1, ClosedRetention: -1, MaxConnections: -1, SlowConsumerTimeout: -1, NetworkDeny: []string{"evil.test", "*.evil.test", "**.evil.test", "10.0.0.1"}}).Validate(); err != nil {
 		t.Errorf("documented negatives: %v", err)
 	}
 }

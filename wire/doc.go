@@ -22,6 +22,10 @@
 // [AppendFailedClosedNotification] is the process/closed of a
 // process the server failed (ext "failure"; requests about it then get
 // [ErrProcessFailed], -32603).
+// uri.go holds the one file: URI encoder and decoder of the project
+// ([FileURI], [ParseFileURI], [NativePath]): every URI an answer carries
+// and every path argument that may be a URI go through them, so a path is
+// spelled one way (the Codex client's: Rust's url crate).
 // environment.go holds environmentInfo and [Capabilities], the struct of
 // booleans that the server fills and [Capabilities.Map] turns into the
 // capabilities map (every known name present).
@@ -110,6 +114,13 @@
 // CloseWith takes at most a second whatever the peer does. The stdio transport buffers writes until Flush, which the
 // connection's writer calls whenever its queues are empty, so bursts of
 // small messages share system calls.
+//
+// Inbound, a transport given a [ReadGate] (SetReadGate) asks it once per
+// message that outgrows LargeReadBytes, before reading on; while the gate
+// waits nothing is read (TCP or pipe backpressure on the peer). A refused
+// message is read to its end into nothing and reported as a
+// [*ReadRefusedError] holding its first bytes (ScanID finds the id); the
+// transport stays usable. A read buffer grows by doubling.
 //
 // The client core's handlers run on the reading goroutine: a slow handler
 // stops the reading, so the transport (and behind it the server's

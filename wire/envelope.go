@@ -64,8 +64,15 @@ var null = []byte("null")
 // null, [MalformedID] otherwise. The caller answers and keeps the
 // connection open. An id is accepted only if it can be echoed byte for
 // byte: an integer (int64) or a string that is valid UTF-8.
-func Decode(data []byte) (Message, *Error) {
-	env, ok := scanEnvelope(data)
+func Decode(data []byte) (Message, *Error) { return decode(data, true) }
+
+// DecodeOwned is Decode of a message the caller hands over: the Message
+// points into data instead of a copy (a server that releases a large
+// message's read buffer saves a copy of it).
+func DecodeOwned(data []byte) (Message, *Error) { return decode(data, false) }
+
+func decode(data []byte, clone bool) (Message, *Error) {
+	env, ok := scanEnvelope(data, clone)
 	if !ok {
 		env = rawEnvelope{}
 		if err := json.Unmarshal(data, &env); err != nil {
@@ -255,7 +262,7 @@ func AppendString(dst []byte, s string) []byte {
 // plain string, a key that only encoding/json's case-insensitive matching
 // would take), which the reflective decode then handles, with its error
 // texts. As encoding/json, the last of duplicate members wins.
-func scanEnvelope(data []byte) (rawEnvelope, bool) {
+func scanEnvelope(data []byte, clone bool) (rawEnvelope, bool) {
 	var env rawEnvelope
 	if !json.Valid(data) {
 		return env, false
@@ -264,7 +271,9 @@ func scanEnvelope(data []byte) (rawEnvelope, bool) {
 	if i >= len(data) || data[i] != '{' {
 		return env, false
 	}
-	data = bytes.Clone(data)
+	if clone {
+		data = bytes.Clone(data)
+	}
 	i++
 	for {
 		i = skipSpace(data, i)
@@ -317,3 +326,31 @@ func scanEnvelope(data []byte) (rawEnvelope, bool) {
 // envelopeKeys are the members scanEnvelope takes; a key equal to one of
 // them without regard to case goes to the reflective decode.
 var envelopeKeys = [...]string{"id", "method", "params", "result", "error"}
+
+// ScanID finds a request's id in the first bytes of a message (the rest
+// may be missing: a message refused while it was read). It returns nil
+// when the members before the id are cut off or the id is not valid.
+func ScanID(prefix []byte) ID {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil
+		}
+		if key == "id" {
+			id := bytes.TrimSpace(val)
+			if len(id) == 0 || bytes.Equal(id, null) || checkID(id) != nil {
+				return nil
+			}
+			return ID(bytes.Clone(id))
+		}
+	}
+	return nil
+}

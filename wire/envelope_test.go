@@ -153,7 +153,7 @@ func TestOutputNotificationDecodes(t *testing.T) {
 		t.Errorf("got %+v", n)
 	}
 	var ex ExitedNotification
-	m, _ = Decode(AppendExitedNotification(nil, "p", 3, 137, ""))
+	m, _ = Decode(AppendExitedNotification(nil, "p", 3, 137, 9, ""))
 	if err := json.Unmarshal(m.Params, &ex); err != nil || ex.ExitCode != 137 || ex.Seq != 3 {
 		t.Errorf("exited: %+v %v", ex, err)
 	}
@@ -259,7 +259,7 @@ func FuzzEnvelopeFastPath(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		fast, ok := scanEnvelope(data)
+		fast, ok := scanEnvelope(data, true)
 		if !ok {
 			return
 		}

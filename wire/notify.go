@@ -19,13 +19,17 @@ func AppendOutputNotification(dst []byte, processID string, seq uint64, stream s
 
 // AppendExitedNotification appends a process/exited notification to dst.
 // limit, if not empty, names the resource limit that ended the process.
-func AppendExitedNotification(dst []byte, processID string, seq uint64, exitCode int, limit string) []byte {
+// exitSignal (ext) is the signal that killed the process, 0 when it exited
+// on its own (exitCode 128+N alone cannot tell "exit 130" from SIGINT).
+func AppendExitedNotification(dst []byte, processID string, seq uint64, exitCode, exitSignal int, limit string) []byte {
 	dst = append(dst, `{"method":"process/exited","params":{"processId":`...)
 	dst = AppendString(dst, processID)
 	dst = append(dst, `,"seq":`...)
 	dst = strconv.AppendUint(dst, seq, 10)
 	dst = append(dst, `,"exitCode":`...)
 	dst = strconv.AppendInt(dst, int64(exitCode), 10)
+	dst = append(dst, `,"exitSignal":`...)
+	dst = strconv.AppendInt(dst, int64(exitSignal), 10)
 	if limit != "" {
 		dst = append(dst, `,"limit":`...)
 		dst = AppendString(dst, limit)

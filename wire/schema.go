@@ -99,8 +99,11 @@ type StartParams struct {
 	EnforceManagedNetwork bool            `json:"enforceManagedNetwork"`
 	ManagedNetwork        *ManagedNetwork `json:"managedNetwork"`
 	// NetworkProxy asks the executor to launch a managed-network proxy
-	// (capability networkProxyLaunch); kept raw: runtimed refuses it.
+	// (capability networkProxyLaunch, section 7.5); parsed strictly by
+	// ParseNetworkProxy.
 	NetworkProxy json.RawMessage `json:"networkProxy"`
+	// PolicyDecisionTimeoutMs bounds a network/policyRequest (default 30 s).
+	PolicyDecisionTimeoutMs *uint64 `json:"policyDecisionTimeoutMs"`
 }
 
 // ProcessMetadata is process/start's optional attribution. Codex sends a
@@ -159,10 +162,14 @@ type Chunk struct {
 
 // ReadResult is the result of process/read.
 type ReadResult struct {
-	Chunks        []Chunk `json:"chunks"`
-	NextSeq       uint64  `json:"nextSeq"`
-	Exited        bool    `json:"exited"`
-	ExitCode      *int    `json:"exitCode"`
+	Chunks   []Chunk `json:"chunks"`
+	NextSeq  uint64  `json:"nextSeq"`
+	Exited   bool    `json:"exited"`
+	ExitCode *int    `json:"exitCode"`
+	// ExitSignal (ext), once exited: the signal that killed the process
+	// (exitCode is then 128+N), 0 when it exited on its own. Absent from
+	// a server that does not report it.
+	ExitSignal    *int    `json:"exitSignal,omitempty"`
 	Closed        bool    `json:"closed"`
 	Failure       *string `json:"failure"`
 	SandboxDenied bool    `json:"sandboxDenied"`
@@ -225,14 +232,15 @@ func (*ResizeParams) RequiredFields() []string { return []string{"processId", "r
 
 // ProcessInfo is one entry of process/list.
 type ProcessInfo struct {
-	ProcessID string   `json:"processId"`
-	PID       int      `json:"pid"`
-	Argv      []string `json:"argv"`
-	TTY       bool     `json:"tty"`
-	State     string   `json:"state"`
-	ExitCode  *int     `json:"exitCode"`
-	NextSeq   uint64   `json:"nextSeq"`
-	Limit     string   `json:"limit,omitempty"` // (ext) the resource limit that ended it
+	ProcessID  string   `json:"processId"`
+	PID        int      `json:"pid"`
+	Argv       []string `json:"argv"`
+	TTY        bool     `json:"tty"`
+	State      string   `json:"state"`
+	ExitCode   *int     `json:"exitCode"`
+	ExitSignal *int     `json:"exitSignal,omitempty"` // (ext) as in process/read, once exited
+	NextSeq    uint64   `json:"nextSeq"`
+	Limit      string   `json:"limit,omitempty"` // (ext) the resource limit that ended it
 	// Metadata is process/start's metadata, or null.
 	Metadata *ProcessMetadata `json:"metadata"`
 	// TokenName (ext) is the name of the bearer token the process was
@@ -255,6 +263,7 @@ type ExitedNotification struct {
 	ProcessID     string `json:"processId"`
 	Seq           uint64 `json:"seq"`
 	ExitCode      int    `json:"exitCode"`
+	ExitSignal    *int   `json:"exitSignal,omitempty"` // (ext) the signal that killed it, 0 if it exited on its own
 	SandboxDenied bool   `json:"sandboxDenied"`
 	Limit         string `json:"limit,omitempty"` // (ext)
 }

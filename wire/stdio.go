@@ -20,6 +20,7 @@ type StdioTransport struct {
 	max    int
 	line   []byte
 	rclose io.Closer
+	gate   ReadGate // nil: every message is read
 
 	// Writer side: owned by the single WriteMessage/Flush caller.
 	w      *bufio.Writer
@@ -51,21 +52,41 @@ func NewStdioTransport(r io.Reader, w io.Writer, maxMessage int) *StdioTransport
 	return t
 }
 
+var nl = []byte("\n")
+
 // ReadMessage returns the next non-empty line without its newline. The
 // slice is reused by the next call unless ReleaseReadBuffer drops it.
 func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	for {
 		t.line = t.line[:0]
 		tooBig := false
+		admitted := t.gate == nil
+		var refused *ReadRefusedError
 		for {
 			frag, err := t.r.ReadSlice('\n')
-			if !tooBig {
-				if len(t.line)+len(frag) > t.max+1 {
-					tooBig = true
-					t.line = t.line[:0]
-				} else {
-					t.line = append(t.line, frag...)
+			switch {
+			case refused != nil:
+				refused.Size += len(bytes.TrimSuffix(frag, nl))
+			case tooBig:
+			case len(t.line)+len(frag) > t.max+1:
+				tooBig = true
+				t.line = t.line[:0]
+			default:
+				if !admitted && len(t.line)+len(frag) > LargeReadBytes {
+					if gerr := t.gate.AdmitRead(ctx); gerr != nil {
+						refused = &ReadRefusedError{Prefix: bytes.Clone(t.line), Size: len(t.line) + len(bytes.TrimSuffix(frag, nl)), Err: gerr}
+						if len(refused.Prefix) < LargeReadBytes {
+							refused.Prefix = append(refused.Prefix, frag[:min(len(frag), LargeReadBytes-len(refused.Prefix))]...)
+						}
+						t.line = t.line[:0]
+						break
+					}
+					admitted = true
 				}
+				for cap(t.line)-len(t.line) < len(frag) {
+					t.line = growBuffer(t.line)
+				}
+				t.line = append(t.line, frag...)
 			}
 			if err == nil {
 				break
@@ -73,7 +94,7 @@ func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 			if errors.Is(err, bufio.ErrBufferFull) {
 				continue
 			}
-			if err == io.EOF && len(t.line) > 0 && !tooBig {
+			if err == io.EOF && (len(t.line) > 0 || refused != nil) && !tooBig {
 				break // a last line without newline
 			}
 			select {
@@ -86,6 +107,9 @@ func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 		if tooBig {
 			return nil, fmt.Errorf("stdio: line exceeds %d bytes: %w", t.max, ErrMessageTooBig)
 		}
+		if refused != nil {
+			return nil, refused
+		}
 		msg := bytes.TrimRight(t.line, "\r\n")
 		if len(bytes.TrimSpace(msg)) == 0 {
 			continue
@@ -93,6 +117,9 @@ func (t *StdioTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 		return msg, nil
 	}
 }
+
+// SetReadGate installs the gate large messages must pass (see ReadGate).
+func (t *StdioTransport) SetReadGate(g ReadGate) { t.gate = g }
 
 // ReleaseReadBuffer drops the line buffer; the last message stays valid
 // for its holder. Called by the ReadMessage caller only.

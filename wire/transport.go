@@ -25,3 +25,39 @@ type Transport interface {
 	// Close ends the transport.
 	Close() error
 }
+
+// ReadGate admits large inbound messages: a server's inbound memory budget.
+// A transport given one (SetReadGate) calls AdmitRead once per message, when
+// the message has outgrown LargeReadBytes and before its buffer grows
+// further. AdmitRead blocks while the budget is spent (the transport reads
+// nothing meanwhile: backpressure through the socket or pipe) and returns
+// nil once the rest of the message may be read. An error refuses the
+// message: the transport reads and discards the rest of it without keeping
+// it, and ReadMessage returns a *ReadRefusedError; the transport stays
+// usable.
+type ReadGate interface {
+	AdmitRead(ctx context.Context) error
+}
+
+// ReadRefusedError is a message its ReadGate refused. Prefix holds the
+// first bytes of it (at most LargeReadBytes; a request's id is usually
+// there: see ScanID); Err is the gate's error.
+type ReadRefusedError struct {
+	Prefix []byte
+	Size   int // the message's size, as far as it was read
+	Err    error
+}
+
+func (e *ReadRefusedError) Error() string {
+	return "inbound message refused: " + e.Err.Error()
+}
+
+func (e *ReadRefusedError) Unwrap() error { return e.Err }
+
+// SetReadGate installs g on t when t takes one (both transports do); only
+// the ReadMessage caller may call it, before reading.
+func SetReadGate(t Transport, g ReadGate) {
+	if s, ok := t.(interface{ SetReadGate(ReadGate) }); ok {
+		s.SetReadGate(g)
+	}
+}

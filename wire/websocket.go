@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -38,9 +39,34 @@ const LargeReadBytes = 64 << 10
 // WebsocketTransport carries one JSON message per websocket message. It
 // accepts text and binary frames and always sends text frames.
 type WebsocketTransport struct {
-	c   *websocket.Conn
-	nc  *progressConn // the accepted connection (nil when dialed): byte progress and close deadline
-	buf []byte        // owned by the ReadMessage caller; reused between messages until released
+	c    *websocket.Conn
+	nc   *progressConn // the accepted connection (nil when dialed): byte progress and close deadline
+	buf  []byte        // owned by the ReadMessage caller; reused between messages until released
+	gate ReadGate      // set by the ReadMessage caller (SetReadGate); nil: every message is read
+}
+
+// SetReadGate installs the gate large messages must pass (see ReadGate).
+func (t *WebsocketTransport) SetReadGate(g ReadGate) { t.gate = g }
+
+// refuse reads and discards the rest of a message its gate refused.
+func (t *WebsocketTransport) refuse(r io.Reader, gerr error) error {
+	prefix := bytes.Clone(t.buf[:min(len(t.buf), LargeReadBytes)])
+	n, err := io.Copy(io.Discard, r)
+	if err != nil {
+		if websocket.CloseStatus(err) == websocket.StatusMessageTooBig || errors.Is(err, websocket.ErrMessageTooBig) {
+			return fmt.Errorf("websocket: %w", ErrMessageTooBig)
+		}
+		return err
+	}
+	return &ReadRefusedError{Prefix: prefix, Size: len(t.buf) + int(n), Err: gerr}
+}
+
+// growBuffer doubles b's capacity (append grows a large slice by a quarter
+// at a time, leaving several times a large message's size as garbage).
+func growBuffer(b []byte) []byte {
+	nb := make([]byte, len(b), max(2*cap(b), 4096))
+	copy(nb, b)
+	return nb
 }
 
 // NewWebsocketTransport wraps an accepted or dialed connection and sets its
@@ -118,9 +144,16 @@ func (t *WebsocketTransport) ReadMessage(ctx context.Context) ([]byte, error) {
 	_, r, err := t.c.Reader(ctx)
 	if err == nil {
 		t.buf = t.buf[:0]
+		admitted := t.gate == nil
 		for {
 			if len(t.buf) == cap(t.buf) {
-				t.buf = append(t.buf, 0)[:len(t.buf)]
+				if !admitted && len(t.buf) >= LargeReadBytes {
+					if gerr := t.gate.AdmitRead(ctx); gerr != nil {
+						return nil, t.refuse(r, gerr)
+					}
+					admitted = true
+				}
+				t.buf = growBuffer(t.buf)
 			}
 			var n int
 			n, err = r.Read(t.buf[len(t.buf):cap(t.buf)])

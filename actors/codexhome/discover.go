@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/runtimed/runtimed/wire"
 )
 
 // Names of the files discovery reads.
@@ -150,9 +151,6 @@ type Inventory struct {
 	Warnings []string
 }
 
-// FileURI turns an absolute path into a file: URI.
-func FileURI(p string) string { return (&url.URL{Scheme: "file", Path: p}).String() }
-
 // osText renders an OS error as the reference does ("No such file or
 // directory (os error 2)").
 func osText(err error) string {
@@ -186,7 +184,7 @@ func (s Scanner) newScan() *scan {
 }
 
 func (sc *scan) warn(path string, err error) {
-	sc.warnings = append(sc.warnings, fmt.Sprintf("failed to scan capability path %s: %s", FileURI(path), osText(err)))
+	sc.warnings = append(sc.warnings, fmt.Sprintf("failed to scan capability path %s: %s", wire.FileURI(path), osText(err)))
 }
 
 // readFile reads a bounded text file the sandbox allows.
@@ -200,14 +198,14 @@ func (sc *scan) readFile(path string) (string, error) {
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", FileURI(path))
+		return "", fmt.Errorf("%s is not a regular file", wire.FileURI(path))
 	}
 	data, err := io.ReadAll(io.LimitReader(f, sc.s.MaxFileBytes+1))
 	if err != nil {
 		return "", err
 	}
 	if int64(len(data)) > sc.s.MaxFileBytes {
-		return "", fmt.Errorf("%s is larger than %d bytes", FileURI(path), sc.s.MaxFileBytes)
+		return "", fmt.Errorf("%s is larger than %d bytes", wire.FileURI(path), sc.s.MaxFileBytes)
 	}
 	return string(data), nil
 }
@@ -292,11 +290,11 @@ func (sc *scan) skillFiles(dir string) (SkillFiles, bool) {
 		sc.warn(md, err)
 		return SkillFiles{}, false
 	}
-	sf := SkillFiles{Instructions: TextFile{Path: FileURI(md), Contents: body}}
+	sf := SkillFiles{Instructions: TextFile{Path: wire.FileURI(md), Contents: body}}
 	meta := filepath.Join(dir, filepath.FromSlash(SkillMetadata))
 	if sc.exists(meta) {
 		if c, err := sc.readFile(meta); err == nil {
-			sf.Metadata = &TextFile{Path: FileURI(meta), Contents: c}
+			sf.Metadata = &TextFile{Path: wire.FileURI(meta), Contents: c}
 		} else {
 			sc.warn(meta, err)
 		}
@@ -311,18 +309,18 @@ func (s Scanner) ScanRoot(root string) RootScan {
 	sc := s.newScan()
 	res := RootScan{Skills: []SkillFiles{}, NamespaceManifests: []TextFile{}}
 	if !sc.s.MayRead(root) {
-		res.Err = fmt.Sprintf("failed to inspect capability root %s: %s", FileURI(root), osText(errDenied))
+		res.Err = fmt.Sprintf("failed to inspect capability root %s: %s", wire.FileURI(root), osText(errDenied))
 		res.Warnings = []string{}
 		return res
 	}
 	fi, err := os.Stat(root)
 	if err != nil {
-		res.Err = fmt.Sprintf("failed to inspect capability root %s: %s", FileURI(root), osText(err))
+		res.Err = fmt.Sprintf("failed to inspect capability root %s: %s", wire.FileURI(root), osText(err))
 		res.Warnings = []string{}
 		return res
 	}
 	if !fi.IsDir() {
-		res.Err = fmt.Sprintf("capability root %s is not a directory", FileURI(root))
+		res.Err = fmt.Sprintf("capability root %s is not a directory", wire.FileURI(root))
 		res.Warnings = []string{}
 		return res
 	}
@@ -390,10 +388,10 @@ func (sc *scan) plugin(root string) (PluginFiles, *manifest, bool) {
 	}
 	var m manifest
 	if err := json.Unmarshal([]byte(body), &m); err != nil {
-		sc.warnings = append(sc.warnings, fmt.Sprintf("failed to parse plugin manifest %s: %v", FileURI(mp), err))
+		sc.warnings = append(sc.warnings, fmt.Sprintf("failed to parse plugin manifest %s: %v", wire.FileURI(mp), err))
 		return PluginFiles{}, nil, false
 	}
-	pf := PluginFiles{Manifest: TextFile{Path: FileURI(mp), Contents: body}}
+	pf := PluginFiles{Manifest: TextFile{Path: wire.FileURI(mp), Contents: body}}
 	optional := func(raw json.RawMessage, def string) *TextFile {
 		p := rel(root, raw, def)
 		if p == "" || !sc.exists(p) {
@@ -404,7 +402,7 @@ func (sc *scan) plugin(root string) (PluginFiles, *manifest, bool) {
 			sc.warn(p, err)
 			return nil
 		}
-		return &TextFile{Path: FileURI(p), Contents: c}
+		return &TextFile{Path: wire.FileURI(p), Contents: c}
 	}
 	pf.MCPConfig = optional(m.MCPServers, ".mcp.json")
 	pf.AppsConfig = optional(m.Apps, ".app.json")
@@ -560,7 +558,7 @@ func (s Scanner) Discover(codexHome, home, systemDir string) Inventory {
 	}
 	roots = append(roots, RootRef{RootSystemSkills, filepath.Join(systemDir, "skills")})
 	for _, r := range roots {
-		ref := &RootRef{ID: r.ID, Path: FileURI(r.Path)}
+		ref := &RootRef{ID: r.ID, Path: wire.FileURI(r.Path)}
 		sc.entries = 0
 		inv.Skills = append(inv.Skills, sc.skillsUnder(r.Path, "", ref)...)
 	}
@@ -580,7 +578,7 @@ func (s Scanner) Discover(codexHome, home, systemDir string) Inventory {
 		}
 		p := Plugin{
 			ID: name + "@" + root.marketplace, DisplayName: m.Interface.DisplayName, Version: version,
-			Root: FileURI(root.dir), Files: pf, Skills: []Skill{},
+			Root: wire.FileURI(root.dir), Files: pf, Skills: []Skill{},
 		}
 		if dir := m.skillsDir(root.dir); dir != "" {
 			p.Skills = append(p.Skills, sc.skillsUnder(dir, name+":", nil)...)

@@ -1,8 +1,9 @@
 // Package codexhome reads what the executor's own Codex installation holds:
 // its configuration layers (environmentConfig/read) and its installed
 // skills and plugins (capabilities/discoverV2, capabilityRoots/discoverV1).
-// It knows nothing of actors or the wire; the connection actor turns its
-// results into the protocol's answers (PROTOCOL.md section 7.6).
+// It knows nothing of actors; the connection actor turns its results into
+// the protocol's answers (PROTOCOL.md section 7.6). Of the wire it uses only
+// wire.FileURI, the one file: URI encoder, for the paths it reports.
 //
 // # Usage
 //

@@ -65,6 +65,14 @@
 // ErrReaperGone. Its one attribution gap (an orphan that called setsid
 // before it was seen, while an older tree lives) is in reaper.go.
 //
+// A Manager whose process died (SIGKILL) leaves its trees running; the
+// next Manager made on the host kills them first (CleanUpDead, stale.go):
+// every process in the cgroups under a dead pid's runtimed-<pid>
+// directories, and in ModeSubreaper and ModePgroup the process groups
+// recorded in the state directory (one file per tree, named after its
+// process group and holding the leader's start time; a number that now
+// names a later process is not killed). Reclaimed reports what it did.
+//
 // # Backpressure
 //
 // Cgroup operations are a few file writes. Requests to the subreaper go

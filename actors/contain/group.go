@@ -39,6 +39,10 @@ type Group struct {
 	// kernel may kill what is later cloned into it (6.18 does: the
 	// cgroup's kill sequence no longer matches the new child's).
 	killed atomic.Bool
+	// records is the manager's record directory (ModeSubreaper,
+	// ModePgroup; "" otherwise), recorded this tree's record there (set by
+	// Started, removed by free).
+	records, recorded string
 }
 
 // Rlimit is one per-process resource limit for the helper to set.
@@ -52,7 +56,7 @@ type Rlimit struct {
 // (CgroupFD -1) and carries only rlimits; a limit that needs a cgroup and
 // has no fallback is refused (ErrLimitUnavailable).
 func (m *Manager) NewGroup(lim Limits) (_ *Group, err error) {
-	g := &Group{v1: map[string]string{}, lim: lim, reap: m.reap}
+	g := &Group{v1: map[string]string{}, lim: lim, reap: m.reap, records: m.records}
 	defer func() {
 		if err != nil {
 			g.Release()
@@ -137,11 +141,20 @@ func (m *Manager) NewGroup(lim Limits) (_ *Group, err error) {
 }
 
 // Started registers the tree's root, the child just started with pid,
-// with the subreaper (ModeSubreaper; a no-op otherwise). It must be
+// with the subreaper (ModeSubreaper), and records its process group in the
+// state directory (ModeSubreaper, ModePgroup). It must be
 // called before anything waits for the child, so that the pid still
 // names it.
 func (g *Group) Started(pid int) error {
-	if g == nil || g.reap == nil || g.tree != nil {
+	if g == nil {
+		return nil
+	}
+	if g.records != "" && g.recorded == "" {
+		// The child is its process group's leader (Setsid): a daemon
+		// started after this one died kills the group (CleanUpDead).
+		g.recorded = record(g.records, pid)
+	}
+	if g.reap == nil || g.tree != nil {
 		return nil
 	}
 	fd := pidfdOpen(pid)
@@ -386,6 +399,10 @@ func (g *Group) ReleaseIfEmpty() bool {
 // to be empty (knownEmpty), without limits and never killed goes back to
 // the manager's spares if there is room.
 func (g *Group) free(knownEmpty bool) {
+	if g.recorded != "" {
+		_ = os.Remove(g.recorded)
+		g.recorded = ""
+	}
 	if g.fd != nil {
 		g.fd.Close()
 		g.fd = nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,7 +57,29 @@ type Manager struct {
 	// its release the rmdir. At most spareCap wait. Drained by Close.
 	spare  chan spareCgroup
 	closed atomic.Bool // Close ran: no cgroup joins the spares any more
+	// records is this manager's directory of process-group records in the
+	// state directory (ModeSubreaper, ModePgroup), "" when it keeps none;
+	// recordErr says why it keeps none when it should.
+	records   string
+	recordErr error
+	// reclaimed is what CleanUpDead did when the manager was made.
+	reclaimed []Reclaimed
 }
+
+// Reclaimed reports the trees of dead managers this one killed when it
+// was made (see CleanUpDead).
+func (m *Manager) Reclaimed() []Reclaimed { return m.reclaimed }
+
+// NeedsGroup reports whether a tree with limits lim needs a Group: always,
+// except by process group only (ModePgroup) without limits and without a
+// record to keep.
+func (m *Manager) NeedsGroup(lim Limits) bool {
+	return m.Mode() != ModePgroup || !lim.IsZero() || m.records != ""
+}
+
+// RecordError says why this manager keeps no records of its process groups
+// (nil when it keeps them, or needs none: its cgroups are the record).
+func (m *Manager) RecordError() error { return m.recordErr }
 
 // spareCgroup is an empty cgroup kept for reuse, with the descriptor to
 // clone into it already open (a spare costs the manager one descriptor).
@@ -87,8 +108,33 @@ const (
 // cgroups gives a Manager that contains trees as a subreaper, or by
 // process group only where that cannot be had (Mode says which); that is
 // not an error.
+//
+// First it kills what managers of processes that died left running
+// (CleanUpDead; Reclaimed reports it). In ModeSubreaper and ModePgroup it
+// records each tree's process group in the state directory (ManagerOptions)
+// so that a later manager can do the same for its trees.
 func NewManager(want string) *Manager {
+	return NewManagerWith(want, ManagerOptions{StateDir: DefaultStateDir()})
+}
+
+// ManagerOptions configure NewManagerWith.
+type ManagerOptions struct {
+	// StateDir holds the records of process groups (ModeSubreaper,
+	// ModePgroup) and is searched for those of dead managers; "" means
+	// neither.
+	StateDir string
+}
+
+// NewManagerWith is NewManager with options.
+func NewManagerWith(want string, o ManagerOptions) *Manager {
 	m := &Manager{v1: map[string]string{}, v2Ctrl: map[string]bool{}}
+	m.reclaimed = CleanUpDead(o.StateDir)
+	name := managerName(os.Getpid(), managerSeq.Add(1))
+	defer func() {
+		if mode := m.Mode(); (mode == ModeSubreaper || mode == ModePgroup) && o.StateDir != "" {
+			m.records, m.recordErr = openRecords(o.StateDir, name)
+		}
+	}()
 	if want == ModePgroup {
 		return m
 	}
@@ -97,11 +143,9 @@ func NewManager(want string) *Manager {
 		return m
 	}
 	mounts, own := cgroupMounts(), ownCgroups()
-	name := managerName(os.Getpid(), managerSeq.Add(1))
 	if mnt, ok := mounts[""]; ok && want == ModeCgroup2 {
 		base := filepath.Join(mnt, own[""])
 		dir := filepath.Join(base, name)
-		cleanStale(base)
 		if err := os.Mkdir(dir, 0o755); err == nil || errors.Is(err, os.ErrExist) {
 			if exists(filepath.Join(dir, "cgroup.kill")) {
 				m.v2 = dir
@@ -127,7 +171,6 @@ func NewManager(want string) *Manager {
 			continue
 		}
 		base := filepath.Join(mnt, own[c])
-		cleanStale(base)
 		dir := filepath.Join(base, name)
 		if err := os.Mkdir(dir, 0o755); err == nil || errors.Is(err, os.ErrExist) {
 			m.v1[c] = dir
@@ -214,6 +257,10 @@ drain:
 	if m.v2 != "" {
 		errs = append(errs, rmdirQuiet(m.v2))
 	}
+	if m.records != "" {
+		_ = os.Remove(filepath.Join(m.records, ownerFile))
+		errs = append(errs, rmdirQuiet(m.records))
+	}
 	for _, d := range m.v1 {
 		errs = append(errs, rmdirQuiet(d))
 	}
@@ -288,34 +335,6 @@ func managerName(pid int, seq uint64) string {
 		return fmt.Sprintf("runtimed-%d", pid)
 	}
 	return fmt.Sprintf("runtimed-%d.%d", pid, seq)
-}
-
-// cleanStale removes empty per-process cgroups left by a daemon that died
-// without cleaning up (its pid no longer runs).
-func cleanStale(base string) {
-	ents, err := os.ReadDir(base)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		pidStr, ok := strings.CutPrefix(e.Name(), "runtimed-")
-		if !ok || !e.IsDir() {
-			continue
-		}
-		pidStr, _, _ = strings.Cut(pidStr, ".")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
-			continue
-		}
-		dir := filepath.Join(base, e.Name())
-		subs, _ := os.ReadDir(dir)
-		for _, s := range subs {
-			if s.IsDir() {
-				_ = syscall.Rmdir(filepath.Join(dir, s.Name()))
-			}
-		}
-		_ = syscall.Rmdir(dir)
-	}
 }
 
 func indexOf(ss []string, s string) int {

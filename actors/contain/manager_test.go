@@ -2,9 +2,11 @@ package contain
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -67,7 +69,7 @@ func TestStaleDirectoriesRemoved(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cleanStale(base)
+	cleanStaleCgroups(base, "memory") // plain directories: no cgroup files
 	for _, n := range stale {
 		if _, err := os.Stat(filepath.Join(base, n)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s of a dead pid: %v; want it removed", n, err)
@@ -77,5 +79,33 @@ func TestStaleDirectoriesRemoved(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(base, n, "7")); err != nil {
 			t.Errorf("%s of a live pid: %v; want it kept", n, err)
 		}
+	}
+}
+
+// The best containment the host offers is used: where a directory made in
+// this process's unified cgroup has cgroup.kill (a writable cgroup v2 of
+// Linux 5.14 or later), a Manager asked for ModeCgroup2 uses it and
+// delegates it no v1 tracking.
+func TestManagerUsesCgroup2WhereAvailable(t *testing.T) {
+	mnt, ok := cgroupMounts()[""]
+	if !ok {
+		t.Skip("no unified cgroup hierarchy mounted")
+	}
+	probe := filepath.Join(mnt, ownCgroups()[""], fmt.Sprintf("runtimed-probe-%d", os.Getpid()))
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		t.Skipf("the unified hierarchy is not writable here: %v", err)
+	}
+	_, err := os.Stat(filepath.Join(probe, "cgroup.kill"))
+	_ = syscall.Rmdir(probe)
+	if err != nil {
+		t.Skipf("no cgroup.kill here (kernel before 5.14): %v", err)
+	}
+	m := NewManager(ModeCgroup2)
+	defer m.Close()
+	if m.Mode() != ModeCgroup2 || m.track != "" {
+		t.Fatalf("mode %s (v1 tracking %q) on a host with a writable cgroup v2 that has cgroup.kill; want %s", m.Mode(), m.track, ModeCgroup2)
+	}
+	if !strings.Contains(m.Summary(), "tree containment: cgroup2") {
+		t.Errorf("summary %q", m.Summary())
 	}
 }

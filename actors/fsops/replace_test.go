@@ -35,7 +35,7 @@ func TestReplaceWritesAtOffsetsAndRenamesOnClose(t *testing.T) {
 	path := filepath.Join(dir, "new")
 	var h Handles
 	defer h.CloseAll()
-	res := mustCall(t, all, &h, wire.MethodFsOpen, obj{"handleId": "w", "path": fileURI(path), "mode": "replace"})
+	res := mustCall(t, all, &h, wire.MethodFsOpen, obj{"handleId": "w", "path": wire.FileURI(path), "mode": "replace"})
 	if res.(wire.FsHandleResult).HandleID != "w" {
 		t.Fatalf("open answered %+v", res)
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,7 +128,7 @@ func (r Roots) resolveWith(arg string, res func(string) (string, error)) (target
 	if werr != nil {
 		return target{}, werr
 	}
-	t := target{arg: arg, abs: abs, uri: isURI(arg)}
+	t := target{arg: arg, abs: abs, uri: wire.IsFileURI(arg)}
 	phys, err := res(abs)
 	if err != nil {
 		return target{}, osError(err, t)
@@ -145,16 +144,12 @@ func (r Roots) resolveWith(arg string, res func(string) (string, error)) (target
 // localhost) and returns the absolute path, not yet cleaned: ".." is
 // applied during resolution, after the symbolic links before it.
 func parsePath(p string) (string, *wire.Error) {
-	s := p
-	if isURI(s) {
-		u, err := url.Parse(s)
-		if err != nil {
-			return "", wire.ErrPathNotAbsolute(p)
-		}
-		if u.Host != "" && u.Host != "localhost" {
-			return "", wire.ErrFileURIHost(p)
-		}
-		s = u.Path
+	s, err := wire.NativePath(p)
+	if errors.Is(err, wire.ErrFileURIRemote) {
+		return "", wire.ErrFileURIHost(p)
+	}
+	if err != nil {
+		return "", wire.ErrPathNotAbsolute(p)
 	}
 	if !filepath.IsAbs(s) {
 		return "", wire.ErrPathNotAbsolute(p)

@@ -69,7 +69,7 @@ func tree(t *testing.T) string {
 // tree (breadth first, names sorted, only files and directories).
 func TestWalkOrderAndKinds(t *testing.T) {
 	dir := tree(t)
-	uri := fileURI(dir)
+	uri := wire.FileURI(dir)
 
 	res := walkCall(t, all, uri, walkOpts(false))
 	wantListing(t, "links not followed", res, uri, false,
@@ -110,7 +110,7 @@ func TestWalkOrderAndKinds(t *testing.T) {
 
 func TestWalkLimits(t *testing.T) {
 	dir := tree(t)
-	uri := fileURI(dir)
+	uri := wire.FileURI(dir)
 	opts := func(depth, dirs, entries int) obj {
 		return obj{"maxDepth": depth, "maxDirectories": dirs, "maxEntries": entries, "followDirectorySymlinks": false}
 	}
@@ -221,9 +221,9 @@ func TestWalkConfined(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := walkCall(t, roots, fileURI(root), walkOpts(true))
-	wantListing(t, "confined", res, fileURI(root), false, "directory /in", "directory /in/back")
-	want := []wire.FsWalkError{{Path: fileURI(root) + "/in/out", Message: "path " + fileURI(root) + "/in/out is outside the allowed roots"}}
+	res := walkCall(t, roots, wire.FileURI(root), walkOpts(true))
+	wantListing(t, "confined", res, wire.FileURI(root), false, "directory /in", "directory /in/back")
+	want := []wire.FsWalkError{{Path: wire.FileURI(root) + "/in/out", Message: "path " + wire.FileURI(root) + "/in/out is outside the allowed roots"}}
 	if !slices.Equal(res.Errors, want) {
 		t.Errorf("errors %+v, want %+v", res.Errors, want)
 	}
@@ -283,9 +283,9 @@ func TestWalkUnreadable(t *testing.T) {
 	if err := os.Chmod(filepath.Join(dir, "closed"), 0); err != nil {
 		t.Fatal(err)
 	}
-	res := walkCall(t, all, fileURI(dir), walkOpts(false))
-	wantListing(t, "unreadable", res, fileURI(dir), false, "directory /closed", "directory /open", "directory /open/sub", "file /open/sub/f")
-	want := []wire.FsWalkError{{Path: fileURI(dir) + "/closed", Message: "open " + dir + "/closed: permission denied"}}
+	res := walkCall(t, all, wire.FileURI(dir), walkOpts(false))
+	wantListing(t, "unreadable", res, wire.FileURI(dir), false, "directory /closed", "directory /open", "directory /open/sub", "file /open/sub/f")
+	want := []wire.FsWalkError{{Path: wire.FileURI(dir) + "/closed", Message: "open " + dir + "/closed: permission denied"}}
 	if !slices.Equal(res.Errors, want) {
 		t.Errorf("errors %+v, want %+v", res.Errors, want)
 	}

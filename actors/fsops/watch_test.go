@@ -138,7 +138,7 @@ func TestWatchMissingAppears(t *testing.T) {
 	dir := tmp(t)
 	x := newWatchTest(t, all)
 	target := filepath.Join(dir, "a/b/c")
-	x.mustWatch(1, []string{fileURI(target)}, nil, true)
+	x.mustWatch(1, []string{wire.FileURI(target)}, nil, true)
 	if got := x.dirsOf("1"); !slices.Equal(got, []string{dir}) {
 		t.Fatalf("armed on %q, want the nearest existing directory %s", got, dir)
 	}
@@ -169,7 +169,7 @@ func TestWatchPresentDisappears(t *testing.T) {
 	moved := filepath.Join(dir, "moved")
 	writeTestFile(t, present, "", 0o644)
 	writeTestFile(t, moved, "", 0o644)
-	x.mustWatch(1, []string{filepath.Join(dir, "never")}, fileURI(present), true)
+	x.mustWatch(1, []string{filepath.Join(dir, "never")}, wire.FileURI(present), true)
 	x.mustWatch(2, nil, moved, true) // present alone
 	if err := os.Remove(present); err != nil {
 		t.Fatal(err)
@@ -379,7 +379,7 @@ func TestWatchConfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := newWatchTest(t, roots)
-	for _, p := range []string{filepath.Join(base, "x"), filepath.Join(root, "up/x"), fileURI(root) + "/../x"} {
+	for _, p := range []string{filepath.Join(base, "x"), filepath.Join(root, "up/x"), wire.FileURI(root) + "/../x"} {
 		_, werr := x.watch(obj{"watchId": 1, "missing": []string{p}})
 		wantErr(t, werr, wire.CodeInvalidRequest, "is outside the allowed roots", false)
 		_, werr = x.watch(obj{"watchId": 1, "missing": []string{}, "present": p})

@@ -151,7 +151,7 @@ const (
 )
 
 // wait blocks (in the poller) until the child exits, reaps it and returns
-// its exit code (128+N when killed by signal N). ok is false if the pidfd
+// its wait status (the exit code, or SignaledBy(N) when killed by signal N). ok is false if the pidfd
 // could not be used, in which case nothing was reaped.
 func (w *pidWaiter) wait() (code int, ok bool) {
 	defer w.f.Close()
@@ -179,7 +179,7 @@ func (w *pidWaiter) wait() (code int, ok bool) {
 		status := int(*(*int32)(unsafe.Add(unsafe.Pointer(&info), 24)))
 		switch info.Code {
 		case cldKilled, cldDumped:
-			code = 128 + status
+			code = SignaledBy(status)
 		default:
 			code = status
 		}

@@ -21,8 +21,9 @@ type Session interface {
 	// Output returns the reader of stream i (index into Streams()).
 	Output(i int) Reader
 	// Wait blocks until the child has exited and been reaped and returns
-	// its exit code (128+N when killed by signal N). Called once, by the
-	// waiter goroutine.
+	// its wait status: the exit code, or SignaledBy(N) when killed by
+	// signal N (a fake may return 128+N: it reads as that exit code).
+	// Called once, by the waiter goroutine.
 	Wait() int
 	// HasStdin reports whether the child has a writable stdin.
 	HasStdin() bool
@@ -115,7 +116,7 @@ func (s *osSession) Wait() int {
 		break
 	}
 	if ws.Signaled() {
-		return 128 + int(ws.Signal())
+		return SignaledBy(int(ws.Signal()))
 	}
 	return ws.ExitStatus()
 }

@@ -221,7 +221,7 @@ func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 		s.streams = []Stream{Stdout, Stderr}
 		attr.Files = []*os.File{stdinChild, outW, errW}
 	}
-	if iso.Contain != nil && (iso.Contain.Mode() != contain.ModePgroup || !spec.Limits.IsZero()) {
+	if iso.Contain != nil && iso.Contain.NeedsGroup(spec.Limits) {
 		g, gerr := iso.Contain.NewGroup(spec.Limits)
 		if gerr != nil {
 			return nil, OpSetup, gerr

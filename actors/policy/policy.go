@@ -3,7 +3,6 @@ package policy
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -21,12 +20,12 @@ const (
 	FloorWorkspaceWrite = "workspace-write"
 )
 
-// globScanMax bounds the expansion of one deny glob: directories deep and
-// entries visited.
-const (
-	globMaxDepth   = 8
-	globMaxVisited = 20000
-)
+// globMaxDepth and globMaxVisited bound the expansion of one deny glob:
+// directories deep and entries visited (a variable so that a test can
+// reach it without making 20000 files).
+const globMaxDepth = 8
+
+var globMaxVisited = 20000
 
 // FloorSandbox is the policy a floor name stands for, with dir as the
 // project root: Codex's read-only and workspace-write shapes.
@@ -176,15 +175,15 @@ func resolve(sb *wire.Sandbox, dir string, env []string, keepMissing bool) (*san
 // NativePath accepts an absolute path or a file: URI (empty or localhost
 // host). A refusal is a *PathError.
 func NativePath(s string) (string, error) {
-	if strings.HasPrefix(s, "file:") {
-		u, err := url.Parse(s)
+	if wire.IsFileURI(s) {
+		p, err := wire.ParseFileURI(s)
+		if ue := (*wire.FileURIError)(nil); errors.As(err, &ue) && ue.Host != "" {
+			return "", &PathError{Kind: PathForeignHost, Path: s, Host: ue.Host}
+		}
 		if err != nil {
 			return "", &PathError{Kind: PathBadURI, Path: s}
 		}
-		if u.Host != "" && u.Host != "localhost" {
-			return "", &PathError{Kind: PathForeignHost, Path: s, Host: u.Host}
-		}
-		s = u.Path
+		s = p
 	}
 	if !filepath.IsAbs(s) {
 		return "", &PathError{Kind: PathRelative, Path: s}

@@ -50,7 +50,9 @@ clients instead, one phase after another, and reports the server's RSS and
 descriptors and a well-behaved client's environment/status percentiles:
 idle connections, slow ones (each starts cat /dev/zero and never reads),
 greedy ones (each starts sleep 1000 until refused, then a new connection's
-first start), and connections that each send one large process/write.
+first start), and connections that each send one large request
+(--large-method: a process/write, or an environment/status with an
+unknown parameter of that size).
 
 With --vs 'CMD' (another server, e.g. the reference exec-server) and/or
 --echo (a bare Go websocket JSON-RPC echo server, this binary) it times
@@ -101,6 +103,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&so.greedyProcs, "greedy-procs", 4096, "soak: starts each greedy connection attempts")
 	fs.IntVar(&so.large, "large-clients", 20, "soak: connections that each send one large process/write")
 	fs.IntVar(&so.largeBytes, "large-bytes", 60_000_000, "soak: size of each large request")
+	fs.StringVar(&so.largeMethod, "large-method", "process/write", "soak: the large request: process/write (a chunk for `cat >/dev/null`) or environment/status (an unknown parameter)")
 	fs.DurationVar(&so.largeSettle, "large-settle", 5*time.Second, "soak: wait after the large answers before measuring RSS")
 	fs.DurationVar(&so.fdSettle, "fd-settle", 10*time.Second, "soak: wait after terminating the greedy processes before counting fds")
 	noSandboxedSpawn := fs.Bool("no-sandboxed-spawn", false, "leave the sandboxed series out of figure a")

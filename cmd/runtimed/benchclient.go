@@ -183,7 +183,7 @@ func (c *benchClient) startWith(ctx context.Context, id string, argv []string, t
 // path is an absolute path in the form the server wants.
 func (c *benchClient) path(p string) string {
 	if c.uriPaths {
-		return "file://" + p
+		return wire.FileURI(p)
 	}
 	return p
 }

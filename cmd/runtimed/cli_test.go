@@ -265,3 +265,26 @@ func TestCLIFs(t *testing.T) {
 		t.Fatalf("fs cat of a missing file: %d %q", code, errOut)
 	}
 }
+
+// The managed network's CLI: flag combinations are refused with exit 2
+// before anything runs; on a host that cannot confine a command to its
+// proxy the start is refused (125), never run with an open network.
+func TestCLIExecAllowDomain(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"--allow-domain", "pypi.org"}, 2, "--allow-domain needs --sandbox read-only or workspace-write"},
+		{[]string{"--sandbox", "read-only", "--network", "--allow-domain", "pypi.org"}, 2, "--allow-domain and --network exclude each other"},
+		{[]string{"--sandbox", "read-only", "--deny-domain", "pypi.org"}, 2, "need --allow-domain"},
+		{[]string{"--sandbox", "read-only", "--allow-domain", "a.*.org"}, 125, `invalid Spec.Network.Allow[0]: pattern "a.*.org"`},
+		{[]string{"--sandbox", "workspace-write", "--allow-domain", "pypi.org", "--allow-domain", "**.pythonhosted.org"}, 125, "managed network cannot be provided"},
+	} {
+		args := append(append([]string{"exec"}, c.args...), "--", "sh", "-c", "echo ran")
+		out, errOut, code := runCLI(t, "", args...)
+		if code != c.code || !strings.Contains(errOut, c.msg) || out != "" {
+			t.Errorf("%v: code %d, stdout %q, stderr %q; want %d and %q", c.args, code, out, errOut, c.code, c.msg)
+		}
+	}
+}

@@ -91,6 +91,11 @@ type commandFlags struct {
 	network  bool
 	memory   string
 	pids     uint64
+	// The managed network (--allow-domain ...).
+	allowDomains, denyDomains stringList
+	netLimited, socks5        bool
+	netLog                    io.Writer // --network-log: denials are reported here (stderr)
+	netLogOn                  bool
 }
 
 func (cf *commandFlags) register(fs *flag.FlagSet) {
@@ -102,6 +107,11 @@ func (cf *commandFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&cf.network, "network", false, "with --sandbox: allow network access (default: cut)")
 	fs.StringVar(&cf.memory, "memory", "", "memory limit of the whole process tree, e.g. 64MiB, 1GiB")
 	fs.Uint64Var(&cf.pids, "pids", 0, "limit on the number of processes in the tree (0: none)")
+	fs.Var(&cf.allowDomains, "allow-domain", "with --sandbox: a managed network that reaches only these hosts, through a proxy (repeatable; host, *.d subdomains, **.d apex and subdomains, * any)")
+	fs.Var(&cf.denyDomains, "deny-domain", "with --allow-domain: a host pattern refused even if allowed (repeatable)")
+	fs.BoolVar(&cf.netLimited, "network-limited", false, "with --allow-domain: only GET, HEAD and OPTIONS (no CONNECT, no SOCKS5)")
+	fs.BoolVar(&cf.socks5, "socks5", false, "with --allow-domain: also a SOCKS5 proxy (ALL_PROXY=socks5h://...)")
+	fs.BoolVar(&cf.netLogOn, "network-log", false, "with --allow-domain: report each refused destination on stderr")
 }
 
 // spec is the process the command starts: argv with the server's
@@ -127,6 +137,25 @@ func (cf *commandFlags) spec(argv []string) (runtime.Spec, error) {
 		spec.Sandbox = runtime.WorkspaceWriteSandbox(dir)
 	default:
 		return runtime.Spec{}, fmt.Errorf("--sandbox %q: expected none, read-only or workspace-write", cf.sandbox)
+	}
+	if len(cf.allowDomains) > 0 || len(cf.denyDomains) > 0 || cf.netLimited || cf.socks5 || cf.netLogOn {
+		switch {
+		case len(cf.allowDomains) == 0:
+			return runtime.Spec{}, fmt.Errorf("--deny-domain, --network-limited, --socks5 and --network-log need --allow-domain")
+		case spec.Sandbox == nil:
+			return runtime.Spec{}, fmt.Errorf("--allow-domain needs --sandbox read-only or workspace-write")
+		case cf.network:
+			return runtime.Spec{}, fmt.Errorf("--allow-domain and --network exclude each other: --network opens the whole network")
+		}
+		spec.Network = &runtime.Network{Allow: cf.allowDomains, Deny: cf.denyDomains, Limited: cf.netLimited, SOCKS5: cf.socks5}
+		if cf.netLogOn && cf.netLog != nil {
+			w := cf.netLog
+			spec.Network.OnDecision = func(d runtime.NetworkDecision) {
+				if !d.Allow {
+					fmt.Fprintf(w, "runtimed exec: network: refused %s %s:%d (%s)\n", d.Protocol, d.Host, d.Port, d.Reason)
+				}
+			}
+		}
 	}
 	if spec.Sandbox != nil {
 		spec.Sandbox.Network = cf.network
@@ -194,8 +223,9 @@ func execCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cf commandFlags
 	cf.register(fs)
+	cf.netLog = stderr
 	tty := fs.Bool("t", false, "run on a terminal: raw local terminal, window size forwarded, restored on exit")
-	setUsage(fs, stderr, "runtimed exec [--connect URL [--token-file F] [--ca F]] [-t] [--env K=V]... [--cwd DIR] [--sandbox MODE] -- CMD [ARGS...]", `
+	setUsage(fs, stderr, "runtimed exec [--connect URL [--token-file F] [--ca F]] [-t] [--env K=V]... [--cwd DIR] [--sandbox MODE [--allow-domain PATTERN]...] -- CMD [ARGS...]", `
 Runs CMD on a runtimed server (--connect), or in an embedded runtime without
 it, with local stdin, stdout and stderr connected, and exits with its exit
 code (127 when it cannot be started, 130 when interrupted).`)

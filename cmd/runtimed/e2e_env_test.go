@@ -5,13 +5,14 @@ package main_test
 
 import (
 	"encoding/json"
-	"net/url"
+
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"testing"
 
+	"github.com/runtimed/runtimed/wire"
 	"github.com/runtimed/runtimed/wire/wiretest"
 )
 
@@ -54,7 +55,7 @@ type envInfo struct {
 	Capabilities         map[string]bool `json:"capabilities"`
 }
 
-func fileURI(p string) string { return (&url.URL{Scheme: "file", Path: p}).String() }
+func fileURI(p string) string { return wire.FileURI(p) } // the one encoder (wire/uri.go)
 
 // handshakeEnv runs initialize (as Codex 0.135 sends it: no resumeSessionId) and initialized, and
 // returns the raw initialize result.
@@ -199,76 +200,8 @@ func TestEnvironmentProviderIDStable(t *testing.T) {
 	}
 }
 
-func TestStartMetadataAndSandboxType(t *testing.T) {
-	forEachTransport(t, func(t *testing.T, tr transport) {
-		c := session(t, tr)
-		ctx := tctx(t, wait)
-		dir := t.TempDir()
-		want := map[string]map[string]any{"m": {"threadId": "0196f5a2-1111-7222-8333-444455556666", "toolCallId": "call_7"}, "n": nil, "s": nil}
-		params := func(id string, extra map[string]any) map[string]any {
-			p := map[string]any{"processId": id, "argv": []string{"true"}, "cwd": fileURI(dir), "env": baseEnv(), "tty": false, "arg0": nil}
-			for k, v := range extra {
-				p[k] = v
-			}
-			return p
-		}
-		res, err := call(ctx, c, "process/start", params("m", map[string]any{
-			"metadata": map[string]any{"threadId": "0196f5a2-1111-7222-8333-444455556666", "toolCallId": "call_7"},
-		}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var sr struct {
-			ProcessID   string `json:"processId"`
-			SandboxType string `json:"sandboxType"`
-		}
-		if json.Unmarshal(res, &sr) != nil || sr.ProcessID != "m" || sr.SandboxType != "none" {
-			t.Errorf("process/start result %s, want processId m and sandboxType none", res)
-		}
-		if _, err := call(ctx, c, "process/start", params("n", map[string]any{"enforceManagedNetwork": true, "managedNetwork": map[string]any{"loopbackPorts": []int{3128}}})); err != nil {
-			t.Errorf("enforceManagedNetwork without a sandbox: %v", err)
-		}
-		_, err = call(ctx, c, "process/start", params("x", map[string]any{"networkProxy": map[string]any{"proxy": map[string]any{}}}))
-		wantRPCError(t, "networkProxy", err, -32602, "managed network cannot be provided: this executor cannot launch a network proxy (capability networkProxyLaunch is false)")
-		// Under an enforced sandbox (Codex's workspace-write), a managed network cannot be provided.
-		sandbox := codexWorkspaceWrite(dir, "restricted")
-		res, err = call(ctx, c, "process/start", params("s", map[string]any{"sandbox": sandbox, "managedNetwork": map[string]any{"loopbackPorts": []int{3128}}}))
-		if err != nil {
-			t.Logf("this host cannot enforce the sandbox (%v): the managed-network refusals under a sandbox are not checked", err)
-			delete(want, "s") // listed only if started
-		} else {
-			if json.Unmarshal(res, &sr) != nil || sr.SandboxType != "linuxSeccomp" {
-				t.Errorf("sandboxed start: %s, want sandboxType linuxSeccomp", res)
-			}
-			_, err = call(ctx, c, "process/start", params("y", map[string]any{"enforceManagedNetwork": true, "sandbox": sandbox}))
-			wantRPCError(t, "enforceManagedNetwork in a sandbox without details", err, -32602,
-				"managed network cannot be provided: enforceManagedNetwork is set without managedNetwork, so the sandbox would have no proxy to allow")
-			_, err = call(ctx, c, "process/start", params("z", map[string]any{"enforceManagedNetwork": true, "sandbox": sandbox,
-				"managedNetwork": map[string]any{"loopbackPorts": []int{3128}, "allowLocalBinding": false}}))
-			wantRPCError(t, "enforceManagedNetwork in a sandbox", err, -32602,
-				"managed network cannot be provided: this executor cannot confine a sandboxed process's network to the managed proxy's loopback ports")
-		}
-
-		res, err = call(ctx, c, "process/list", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var list struct {
-			Processes []struct {
-				ProcessID string         `json:"processId"`
-				Metadata  map[string]any `json:"metadata"`
-			} `json:"processes"`
-		}
-		_ = json.Unmarshal(res, &list)
-		got := map[string]map[string]any{}
-		for _, p := range list.Processes {
-			got[p.ProcessID] = p.Metadata
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("process/list metadata %v, want %v", got, want)
-		}
-	})
-}
+// process/start metadata, sandboxType and managed networks:
+// runtime/testdata/transcripts/start_metadata.txt and sandbox.txt.
 
 // checkCapabilitiesWork uses each capability this build claims, so that a flag is never true for a
 // method that is missing.

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runtimed/runtimed/wire"
 	"github.com/runtimed/runtimed/wire/wiretest"
 )
 
@@ -47,7 +48,7 @@ func physTemp(t *testing.T) string {
 	return d
 }
 
-func uriOf(p string) string { return "file://" + p } // test paths need no escaping
+func uriOf(p string) string { return wire.FileURI(p) }
 
 func mustCallInto(t *testing.T, c *wiretest.Client, method string, params, out any) {
 	t.Helper()

@@ -256,21 +256,7 @@ func readPidFile(t *testing.T, path, killHint string) int {
 
 // pidGone reports whether pid no longer names a live process: kill(pid, 0) fails with ESRCH, or the
 // process is a zombie (dead, waiting to be reaped by an init that may never reap it).
-func pidGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
-	}
-	state := b[i+2]
-	return state == 'Z' || state == 'X'
-}
+func pidGone(pid int) bool { return wiretest.PidGone(pid) }
 
 func waitPidGone(t *testing.T, what string, pid int, d time.Duration) {
 	t.Helper()

@@ -55,13 +55,17 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fdReserve := fs.Int("fd-reserve", 0, "part of --max-open-files kept for new connections and first starts (0: 1/16, between 32 and 1024)")
 	maxRetained := fs.Int64("max-retained-bytes", 0, "output memory all processes may hold, each its retention plus read-ahead while running (0: half of memory; -1: unlimited)")
 	maxOutbound := fs.Int64("max-outbound-bytes", 0, "outbound queue memory of all connections (0: an eighth of memory; -1: unlimited)")
+	maxInbound := fs.Int64("max-inbound-bytes", 0, "requests of all connections being read or handled, a message counted at --max-message-bytes while it is read; past it the server stops reading (0: a sixty-fourth of memory, at least twice --max-message-bytes; -1: unlimited)")
+	connInbound := fs.Int64("conn-inbound-bytes", 0, "requests of one connection being read or handled (0: twice --max-message-bytes; -1: unlimited)")
 	outboundQueue := fs.Int("outbound-queue-bytes", runtime.DefaultOutboundQueueBytes, "one connection's outbound queue budget; beyond it its processes stop being read")
 	slowConsumer := fs.Duration("slow-consumer-timeout", runtime.DefaultSlowConsumerTimeout, "close a websocket connection whose outbound queue makes no progress for this long (0: never)")
 	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible, else subreaper), subreaper (the daemon adopts and kills orphaned descendants) or pgroup (process groups only)")
+	stateDirFlag := fs.String("state-dir", "", "where process groups are recorded (subreaper and pgroup containment) so that a daemon started after this one died kills what it left (default: $RUNTIMED_STATE_DIR, $XDG_RUNTIME_DIR/runtimed or /tmp/runtimed-<uid>)")
 	nf := registerNetFlags(fs)
 	nf.console = registerConsoleFlags(fs)
-	var origins, fsRoots stringList
+	var origins, fsRoots, netDeny stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
+	fs.Var(&netDeny, "network-deny", "a domain pattern (host, *.d, **.d) that no client's managed-network policy can allow (repeatable): the operator's floor")
 	fs.Var(&origins, "allowed-origin", "an Origin header value allowed to connect (repeatable; by default any request with an Origin is refused)")
 	setUsage(fs, stderr, "runtimed serve [--listen ws://IP:PORT | wss://IP:PORT | stdio://] [flags]", `
 Serves the runtimed protocol (docs/PROTOCOL.md). On websocket it prints the
@@ -107,6 +111,7 @@ pair, the --auth-token-file tokens and reopens --audit-log. Operator's guide: do
 		Tokens:          idn.tokenSource(),
 		Audit:           idn.auditor(),
 		Metrics:         nf.metricsListen != "",
+		NetworkDeny:     netDeny,
 
 		DisableHTTPRequests: !*httpRequests,
 		MaxHTTPBodyBytes:    *httpMaxBody,
@@ -119,7 +124,10 @@ pair, the --auth-token-file tokens and reopens --audit-log. Operator's guide: do
 		MaxRetainedBytes:    *maxRetained,
 		MaxOutboundBytes:    *maxOutbound,
 		OutboundQueueBytes:  *outboundQueue,
+		MaxInboundBytes:     *maxInbound,
+		ConnInboundBytes:    *connInbound,
 		SlowConsumerTimeout: nonZero(*slowConsumer),
+		StateDir:            *stateDirFlag,
 	}
 	nf.console.setup(&cfg, idn, log)
 	if *supervise != "" {
@@ -376,6 +384,8 @@ func logBudgets(log *zap.Logger, b runtime.Budgets) {
 		zap.Int64("max_retained_bytes", b.MaxRetainedBytes),
 		zap.Int64("max_outbound_bytes", b.MaxOutboundBytes),
 		zap.Int("outbound_queue_bytes", b.OutboundQueueBytes),
+		zap.Int64("max_inbound_bytes", b.MaxInboundBytes),
+		zap.Int64("conn_inbound_bytes", b.ConnInboundBytes),
 		zap.Duration("slow_consumer_timeout", b.SlowConsumerTimeout),
 		zap.Int("rlimit_nofile", b.RLimitNoFile))
 }

@@ -30,6 +30,7 @@ type soakOpts struct {
 	greedyProcs  int           // starts each greedy connection attempts
 	large        int           // connections that each send one large request
 	largeBytes   int           // size of each large request
+	largeMethod  string        // process/write (a chunk to cat) or environment/status (an unknown parameter)
 	largeSettle  time.Duration // wait after the large answers before measuring
 	fdSettle     time.Duration // wait after terminating the greedy processes before counting fds
 	statusPeriod time.Duration // how often the well-behaved client asks environment/status
@@ -70,12 +71,13 @@ type soakReport struct {
 	FreshStartMs      float64 `json:"freshStartMs"`
 	FDsAfterTerminate int     `json:"fdsAfterTerminate"`
 
-	Large            int   `json:"large"`
-	LargeBytes       int   `json:"largeBytes"`
-	LargeErrors      int   `json:"largeErrors"`
-	LargePeakRSSKiB  int64 `json:"largePeakRssKiB"`
-	LargeSettledKiB  int64 `json:"largeSettledRssKiB"`
-	LargeSettleAfter int64 `json:"largeSettleMs"`
+	Large            int    `json:"large"`
+	LargeBytes       int    `json:"largeBytes"`
+	LargeMethod      string `json:"largeMethod"`
+	LargeErrors      int    `json:"largeErrors"`
+	LargePeakRSSKiB  int64  `json:"largePeakRssKiB"`
+	LargeSettledKiB  int64  `json:"largeSettledRssKiB"`
+	LargeSettleAfter int64  `json:"largeSettleMs"`
 }
 
 func runSoak(ctx context.Context, o soakOpts, log io.Writer) (*soakReport, error) {
@@ -234,7 +236,7 @@ func runSoak(ctx context.Context, o soakOpts, log io.Writer) (*soakReport, error
 		var wg sync.WaitGroup
 		for i, c := range conns {
 			wg.Go(func() {
-				if err := c.largeRequest(ctx, "large-"+strconv.Itoa(i), o.largeBytes); err != nil {
+				if err := c.largeRequest(ctx, "large-"+strconv.Itoa(i), o.largeMethod, o.largeBytes); err != nil {
 					fmt.Fprintf(log, "soak: large request: %v\n", err)
 					errs.Add(1)
 				}
@@ -246,6 +248,7 @@ func runSoak(ctx context.Context, o soakOpts, log io.Writer) (*soakReport, error
 		settle(ctx, o.largeSettle)
 		r.Large = o.large
 		r.LargeBytes = o.largeBytes
+		r.LargeMethod = o.largeMethod
 		r.LargeErrors = int(errs.Load())
 		r.LargePeakRSSKiB = peak.Load()
 		r.LargeSettledKiB, _ = procStatus(o.pid)
@@ -489,18 +492,26 @@ func (c *rawConn) terminateAll(ctx context.Context) {
 	}
 }
 
-// largeRequest sends one process/write of about size bytes (a base64 chunk)
-// to a child that discards its stdin, and waits for the answer.
-func (c *rawConn) largeRequest(ctx context.Context, id string, size int) error {
-	if _, err := c.call(ctx, "process/start", startParams(id, []string{"sh", "-c", "cat >/dev/null"}, true)); err != nil {
-		return err
+// largeRequest sends one request of about size bytes and waits for the
+// answer: a process/write (a base64 chunk) to a child that discards its
+// stdin, or an environment/status whose unknown parameter holds the bytes.
+func (c *rawConn) largeRequest(ctx context.Context, id, method string, size int) error {
+	status := method == "environment/status"
+	if !status {
+		if _, err := c.call(ctx, "process/start", startParams(id, []string{"sh", "-c", "cat >/dev/null"}, true)); err != nil {
+			return err
+		}
 	}
 	raw := size * 3 / 4
 	var b strings.Builder
 	b.Grow(size + 128)
 	c.nextID++
 	reqID := c.nextID
-	fmt.Fprintf(&b, `{"id":%d,"method":"process/write","params":{"processId":%q,"chunk":"`, reqID, id)
+	if status {
+		fmt.Fprintf(&b, `{"id":%d,"method":"environment/status","params":{"padding":"`, reqID)
+	} else {
+		fmt.Fprintf(&b, `{"id":%d,"method":"process/write","params":{"processId":%q,"chunk":"`, reqID, id)
+	}
 	enc := base64.NewEncoder(base64.StdEncoding, &b)
 	zeros := make([]byte, 64<<10)
 	for left := raw; left > 0; left -= len(zeros) {
@@ -513,6 +524,9 @@ func (c *rawConn) largeRequest(ctx context.Context, id string, size int) error {
 	}
 	if _, err := c.await(ctx, reqID); err != nil {
 		return err
+	}
+	if status {
+		return nil
 	}
 	_, err := c.call(ctx, "process/closeStdin", map[string]any{"processId": id})
 	return err
@@ -527,6 +541,10 @@ func soakCmd(ctx context.Context, o soakOpts, connect, spawn string, stdio bool,
 	}
 	if o.pid <= 0 {
 		fmt.Fprintln(stderr, "runtimed bench --soak:", errSoakUsage)
+		return 2
+	}
+	if o.largeMethod != "process/write" && o.largeMethod != "environment/status" {
+		fmt.Fprintf(stderr, "runtimed bench --soak: --large-method %q: expected process/write or environment/status\n", o.largeMethod)
 		return 2
 	}
 	o.url = url
@@ -557,8 +575,8 @@ func soakCmd(ctx context.Context, o soakOpts, connect, spawn string, stdio bool,
 			r.FreshStartOK, r.FreshStartMs, r.FreshStartError, o.fdSettle, r.FDsAfterTerminate)
 	}
 	if r.Large > 0 {
-		fmt.Fprintf(stdout, "%4d x %d-byte requests         peak RSS %7.1f MiB  RSS %d ms later %.1f MiB  errors %d\n",
-			r.Large, r.LargeBytes, mib(r.LargePeakRSSKiB), r.LargeSettleAfter, mib(r.LargeSettledKiB), r.LargeErrors)
+		fmt.Fprintf(stdout, "%4d x %d-byte %s requests  peak RSS %7.1f MiB  RSS %d ms later %.1f MiB  errors %d\n",
+			r.Large, r.LargeBytes, r.LargeMethod, mib(r.LargePeakRSSKiB), r.LargeSettleAfter, mib(r.LargeSettledKiB), r.LargeErrors)
 	}
 	return 0
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -260,6 +262,21 @@ func (c *Client) Close() error {
 			c.waitReader(StopTimeout)
 			c.core.Close()
 		}
+	})
+	return c.closeErr
+}
+
+// CloseClean ends the connection the way a well-behaved client does: for a websocket a close frame
+// (1000), waiting (bounded) for the server's; for stdio it closes the server's stdin like Close.
+func (c *Client) CloseClean() error {
+	c.closeOnce.Do(func() {
+		if ws, ok := c.tr.(*wsTransport); ok {
+			c.closeErr = ws.conn.Close(websocket.StatusNormalClosure, "")
+			c.waitReader(StopTimeout)
+			c.core.Close()
+			return
+		}
+		c.closeErr = c.tr.close()
 	})
 	return c.closeErr
 }
