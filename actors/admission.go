@@ -314,7 +314,7 @@ func (s *Supervisor) admit(ctx context.Context, owner Owner, req StartRequest) (
 	}
 	var mn *ManagedNetwork
 	if ns != nil {
-		mn = &ManagedNetwork{Spec: ns, ProcessID: req.ID, Notify: req.Network.Notify}
+		mn = &ManagedNetwork{Spec: ns, ProcessID: req.ID, Notify: req.Network.Notify, Who: req.Who}
 		if ns.Review {
 			mn.Ask = req.Network.Ask
 		}

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/url"
 	"sort"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runtimed/runtimed/actors/audit"
+	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -254,4 +256,19 @@ func (c *conn) auditHTTP(method, rawURL string) {
 		e.Host = u.Host
 	}
 	c.sup.audit.Audit(e)
+}
+
+// auditNetwork raises a network.decision event for a managed-network
+// proxy's decision (on the process's forwarder goroutine; never blocks).
+func (s *Supervisor) auditNetwork(mn *ManagedNetwork, e netproxy.Event, decision string) {
+	if _, nop := s.audit.(nopAuditor); nop {
+		return
+	}
+	ev := mn.Who.event(audit.NetworkDecision)
+	ev.Process, ev.Action, ev.Check, ev.Reason, ev.Method = mn.ProcessID, decision, e.Source, e.Reason, e.Method
+	ev.Host = e.Host
+	if e.Port > 0 {
+		ev.Host = net.JoinHostPort(e.Host, strconv.Itoa(e.Port))
+	}
+	s.audit.Audit(ev)
 }

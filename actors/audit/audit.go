@@ -17,20 +17,21 @@ const Version = 1
 
 // Event types.
 const (
-	ConnOpen       = "conn.open"
-	ConnClose      = "conn.close"
-	AuthRefused    = "auth.refused"
-	SessionCreate  = "session.create"
-	SessionResume  = "session.resume"
-	SessionDetach  = "session.detach"
-	SessionEnd     = "session.end"
-	ProcessStart   = "process.start"
-	ProcessExit    = "process.exit"
-	ProcessRefused = "process.refused"
-	ProcessControl = "process.control" // terminate, attach... (Action)
-	FsChange       = "fs.change"
-	HTTPRequest    = "http.request"
-	Refused        = "refused" // any other request refused by a limit
+	ConnOpen        = "conn.open"
+	ConnClose       = "conn.close"
+	AuthRefused     = "auth.refused"
+	SessionCreate   = "session.create"
+	SessionResume   = "session.resume"
+	SessionDetach   = "session.detach"
+	SessionEnd      = "session.end"
+	ProcessStart    = "process.start"
+	ProcessExit     = "process.exit"
+	ProcessRefused  = "process.refused"
+	ProcessControl  = "process.control" // terminate, attach... (Action)
+	FsChange        = "fs.change"
+	HTTPRequest     = "http.request"
+	NetworkDecision = "network.decision" // a managed-network proxy allowed or denied a connection
+	Refused         = "refused"          // any other request refused by a limit
 )
 
 // Event is one line of the audit log. Fields that do not apply are left
