@@ -272,3 +272,30 @@ func (s *Supervisor) auditNetwork(mn *ManagedNetwork, e netproxy.Event, decision
 	}
 	s.audit.Audit(ev)
 }
+
+// auditConn raises a connection or session event. It is kept out of line
+// (and does nothing without an audit log) so that the connection's
+// goroutine does not carry an Event in its frames: an idle connection's
+// stack stays at its first size.
+//
+//go:noinline
+func (c *conn) auditConn(typ string, cause error) {
+	if _, nop := c.sup.audit.(nopAuditor); nop {
+		return
+	}
+	e := c.auditEvent(typ)
+	if cause != nil {
+		e.Reason = cause.Error()
+	}
+	c.sup.audit.Audit(e)
+}
+
+// auditRefusedConn: a connection the budgets refused.
+//
+//go:noinline
+func (s *Supervisor) auditRefusedConn(opts *ConnOptions, err error) {
+	if _, nop := s.audit.(nopAuditor); nop {
+		return
+	}
+	s.audit.Audit(audit.Event{Type: audit.Refused, Check: "budget (connection)", Token: opts.TokenName, Peer: opts.Peer, Conn: opts.ConnID, Reason: err.Error()})
+}

@@ -167,7 +167,7 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 	}
 	release, err := s.AcquireConnection(ctx)
 	if err != nil {
-		s.audit.Audit(audit.Event{Type: audit.Refused, Check: "budget (connection)", Token: opts.TokenName, Peer: opts.Peer, Conn: opts.ConnID, Reason: err.Error()})
+		s.auditRefusedConn(&opts, err)
 		refuse(ctx, t, err)
 		return err
 	}
@@ -206,7 +206,7 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		wire.SetReadGate(t, c.gate)
 		defer s.inboundDone(c.gate.key) // after the waiters: what they did not return
 	}
-	s.audit.Audit(c.auditEvent(audit.ConnOpen))
+	c.auditConn(audit.ConnOpen, nil)
 	// The queue goroutine is started by the reader before the first request
 	// that can produce output from another goroutine (outbound); until then
 	// the reader is the only writer and always finds the write token free.
@@ -246,16 +246,13 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 			ttl = s.cfg.DetachTTL
 		}
 		s.DetachSession(context.Background(), c.session, ttl)
-		e := c.auditEvent(audit.SessionDetach)
 		if ttl == 0 {
-			e.Type = audit.SessionEnd
+			c.auditConn(audit.SessionEnd, cause)
+		} else {
+			c.auditConn(audit.SessionDetach, cause)
 		}
-		e.Reason = fmt.Sprint(cause)
-		s.audit.Audit(e)
 	}
-	ce := c.auditEvent(audit.ConnClose)
-	ce.Reason = fmt.Sprint(cause)
-	s.audit.Audit(ce)
+	c.auditConn(audit.ConnClose, cause)
 	c.log.Debug("connection ended", zap.Error(cause))
 	return cause
 }
@@ -479,9 +476,9 @@ func (c *conn) initialize(msg wire.Message) {
 	c.hs = hsInitialized
 	c.clientName = p.ClientName
 	if p.ResumeSessionID != nil && *p.ResumeSessionID != "" {
-		c.sup.audit.Audit(c.auditEvent(audit.SessionResume))
+		c.auditConn(audit.SessionResume, nil)
 	} else {
-		c.sup.audit.Audit(c.auditEvent(audit.SessionCreate))
+		c.auditConn(audit.SessionCreate, nil)
 	}
 	if c.log.Core().Enabled(zap.DebugLevel) {
 		c.log = c.log.With(zap.String("session_id", table.ID)) // (a logger with fields costs ~1 KiB per connection)
