@@ -146,6 +146,13 @@ func TestAuditLogAndNamedTokens(t *testing.T) {
 		t.Fatal("empty argv started")
 	}
 
+	// http/request: the method and host are audited, never the path or query.
+	_, _ = call(tctx(t, wait), c, "http/request", map[string]any{"method": "GET", "url": "http://127.0.0.1:1/private/path?key=query-secret-77", "requestId": "r1", "headers": []any{}})
+	hl := waitAudit(t, auditPath, "http.request", isType("http.request", field("host", "127.0.0.1:1")))
+	if hl["method"] != "GET" || hl["token"] != "alice" {
+		t.Errorf("http.request: %v", hl)
+	}
+
 	start := waitAudit(t, auditPath, "process.start of p1", isType("process.start", field("process", "p1")))
 	if start["token"] != "alice" || start["client"] != "audit-e2e" || start["threadId"] != "thread-1" || start["toolCallId"] != "call-9" ||
 		start["sandbox"] != "none" || start["cwd"] != dir || start["session"] == nil || start["peer"] == nil {
@@ -198,7 +205,7 @@ func TestAuditLogAndNamedTokens(t *testing.T) {
 	// Never output, env values or tokens.
 	for _, f := range []string{auditPath, auditPath + ".1"} {
 		bs, _ := os.ReadFile(f)
-		for _, secret := range []string{"OUTPUT-42-NOT-AUDITED", "secret-value-never-logged", aliceTok, bobTok, bobTok2, "aGVsbG8="} {
+		for _, secret := range []string{"OUTPUT-42-NOT-AUDITED", "secret-value-never-logged", "query-secret-77", "/private/path", aliceTok, bobTok, bobTok2, "aGVsbG8="} {
 			if strings.Contains(string(bs), secret) {
 				t.Errorf("%s holds %q", f, secret)
 			}
