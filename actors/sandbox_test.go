@@ -52,14 +52,26 @@ func newIsoSupervisor(t *testing.T) *Supervisor {
 // re-exec'd helper (Host.HelperOnly), the two ways package sandbox
 // enforces a policy.
 func bothWays(t *testing.T, test func(t *testing.T, sup *Supervisor)) {
-	t.Run("thread", func(t *testing.T) { test(t, newIsoSupervisor(t)) })
-	t.Run("helper", func(t *testing.T) {
+	t.Run("namespaces", func(t *testing.T) {
 		iso := testIsolation(t)
-		h := *iso.Host
-		h.HelperOnly = true
-		iso.Host = &h
-		test(t, newIsoSupervisorWith(t, iso))
+		if !iso.Host.Namespaces {
+			t.Skipf("no namespaces here: %s", iso.Host.NamespacesMissing)
+		}
+		test(t, newIsoSupervisor(t))
 	})
+	t.Run("thread", func(t *testing.T) { test(t, newIsoSupervisorWith(t, landlockLevel(t, false))) })
+	t.Run("helper", func(t *testing.T) { test(t, newIsoSupervisorWith(t, landlockLevel(t, true))) })
+}
+
+// landlockLevel is the test isolation at runtimed serve --sandbox-level
+// landlock, on spawning threads or (helperOnly) through the helper.
+func landlockLevel(t *testing.T, helperOnly bool) osproc.Isolation {
+	iso := testIsolation(t)
+	h := *iso.Host
+	h.Level = sandbox.LevelLandlock
+	h.HelperOnly = helperOnly
+	iso.Host = &h
+	return iso
 }
 
 func newIsoSupervisorWith(t *testing.T, iso osproc.Isolation) *Supervisor {
@@ -393,11 +405,20 @@ func testSandboxPTYAndCwd(t *testing.T, sup *Supervisor) {
 	if !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "stdin-is-tty") || code != 5 {
 		t.Errorf("sandboxed PTY: code %d, output %q", code, out)
 	}
-	if !strings.Contains(out, fmt.Sprintf("pid %d", ref.Pid())) {
-		t.Errorf("the command does not have the helper's pid %d: %q", ref.Pid(), out)
+	pid := ref.Pid()
+	if sup.cfg.Isolation.Host.EnforcedLevel() == sandbox.LevelNamespaces {
+		// Its own pid namespace: the daemon reports (and signals) its
+		// init; inside, the command is not pid 1 and leads its session.
+		var inner, sid int
+		if _, err := fmt.Sscanf(out[strings.Index(out, "stdin-is-tty\r\n")+len("stdin-is-tty\r\n"):], "%d\r\npid %d", &sid, &inner); err != nil || inner <= 1 {
+			t.Errorf("the command's pid inside its namespace: %d (%v) in %q", inner, err, out)
+		}
+		pid = inner
+	} else if !strings.Contains(out, fmt.Sprintf("pid %d", pid)) {
+		t.Errorf("the command does not have the helper's pid %d: %q", pid, out)
 	}
-	if !strings.Contains(out, fmt.Sprintf("%d\r\n", ref.Pid())) {
-		t.Errorf("the command is not its own session leader (sid %d): %q", ref.Pid(), out)
+	if !strings.Contains(out, fmt.Sprintf("%d\r\npid %d", pid, pid)) {
+		t.Errorf("the command is not its own session leader (sid %d): %q", pid, out)
 	}
 	// cwd outside what the policy lets it read.
 	hidden := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/usr", Access: sandbox.Read}, {Path: "/etc", Access: sandbox.Read}}}
@@ -411,6 +432,90 @@ func testSandboxPTYAndCwd(t *testing.T, sup *Supervisor) {
 	_, err = sup.Spawn("cwd", Spec{Argv: []string{"/usr/bin/bash", "-c", "true"}, Dir: outside, Env: []string{"PATH=/usr/bin:/bin"}, Sandbox: hidden}, nil)
 	if err == nil || !strings.Contains(err.Error(), "working directory") || !strings.Contains(err.Error(), "permission denied") {
 		t.Errorf("hidden cwd: %v", err)
+	}
+}
+
+// shmemBytes is the kernel's count of shared memory (tmpfs included).
+func shmemBytes(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Shmem:"); ok {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb << 10
+		}
+	}
+	t.Fatal("no Shmem in /proc/meminfo")
+	return 0
+}
+
+// TestSandboxShmChargedAndFreed: at the namespaces level /dev/shm is the
+// tree's own tmpfs: what it writes there is charged to the tree's memory
+// limit (the tree is killed for it) and freed with the tree, whether it
+// ended by itself or was killed.
+func TestSandboxShmChargedAndFreed(t *testing.T) {
+	iso := testIsolation(t)
+	if !iso.Host.Namespaces {
+		t.Skipf("no namespaces here: %s", iso.Host.NamespacesMissing)
+	}
+	sup := newIsoSupervisorWith(t, iso)
+	ws := t.TempDir()
+	p := &sandbox.Policy{RestrictFS: true, Rules: []sandbox.Rule{{Path: "/", Access: sandbox.Read}, {Path: ws, Access: sandbox.Write}}}
+	before := shmemBytes(t)
+	r := runConfined(t, sup, ws, p, contain.Limits{}, `head -c 67108864 /dev/zero > /dev/shm/big && ls -l /dev/shm/big | wc -l`)
+	if r.code != 0 || !strings.Contains(r.out, "1") {
+		t.Fatalf("writing /dev/shm: %+v", r)
+	}
+	if after := shmemBytes(t); after-before > 32<<20 {
+		t.Errorf("/dev/shm outlived its tree: Shmem %d -> %d bytes", before, after)
+	}
+	if !iso.Contain.LimitsOnTree() {
+		t.Skip("no memory cgroup for the limit half")
+	}
+	r = runConfined(t, sup, ws, p, contain.Limits{MemoryBytes: 48 << 20}, `head -c 134217728 /dev/zero > /dev/shm/big; echo survived`)
+	if r.code != 137 || r.limit != "memory" || strings.Contains(r.out, "survived") {
+		t.Errorf("/dev/shm beyond the tree's memory limit: %+v, want killed for memory", r)
+	}
+	if after := shmemBytes(t); after-before > 32<<20 {
+		t.Errorf("/dev/shm of a killed tree outlived it: Shmem %d -> %d bytes", before, after)
+	}
+}
+
+// TestLimitsCannotBeLifted: an unsandboxed tree with limits, running as
+// root, tries to leave its cgroups (every hierarchy's root cgroup.procs)
+// and to raise every pids.max and memory limit it can see; each write is
+// refused, it still sees its own cgroups as the root of its cgroup
+// namespace, and the pids limit still bites.
+func TestLimitsCannotBeLifted(t *testing.T) {
+	iso := testIsolation(t)
+	if iso.Contain == nil || !iso.Contain.LimitsOnTree() {
+		t.Skip("no cgroup limits on this host")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the attack is root's")
+	}
+	sup := newIsoSupervisorWith(t, iso)
+	script := `moved=0; raised=0
+for f in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/*/cgroup.procs; do [ -e "$f" ] && (echo $$ > "$f") 2>/dev/null && moved=$((moved+1)); done
+for f in $(find /sys/fs/cgroup -maxdepth 6 \( -name pids.max -o -name memory.max -o -name memory.limit_in_bytes \) 2>/dev/null); do (echo max > "$f") 2>/dev/null && raised=$((raised+1)); (echo -1 > "$f") 2>/dev/null && raised=$((raised+1)); done
+(mount -o remount,rw /sys/fs/cgroup/pids) 2>/dev/null && echo REMOUNTED
+echo "moved=$moved raised=$raised"
+grep -c ':/$' /proc/self/cgroup | sed 's/^/own-root-lines=/'
+grep -vc ':/$' /proc/self/cgroup | sed 's/^/other-lines=/'
+n=0; for i in $(seq 60); do (sleep 2) 2>/dev/null & done; wait; echo forked`
+	r := runConfined(t, sup, t.TempDir(), nil, contain.Limits{Pids: 20, MemoryBytes: 256 << 20}, script)
+	if !strings.Contains(r.out, "moved=0 raised=0") || strings.Contains(r.out, "REMOUNTED") {
+		t.Errorf("a limited tree lifted its limits: %q", r.out)
+	}
+	if !strings.Contains(r.out, "other-lines=0") {
+		t.Errorf("the tree sees cgroups outside its own (no cgroup namespace): %q", r.out)
+	}
+	if !strings.Contains(r.out, "bash: fork: retry") && !strings.Contains(r.out, "Resource temporarily unavailable") && r.limit != "pids" {
+		t.Errorf("the pids limit no longer bites: %+v", r)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/contain"
 	"github.com/runtimed/runtimed/actors/hostenv"
+	"github.com/runtimed/runtimed/actors/sandbox"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -42,7 +43,8 @@ func capabilities(cfg Config, iso *isolation) wire.Capabilities {
 	}
 	if iso != nil {
 		c.RuntimedSandbox = iso.Host.Enforces()
-		c.RuntimedSandboxSubpaths = c.RuntimedSandbox && iso.Host.MountNS
+		c.RuntimedSandboxSubpaths = c.RuntimedSandbox && (iso.Host.MountNS || iso.Host.EnforcedLevel() == sandbox.LevelNamespaces)
+		c.RuntimedSandboxNamespaces = iso.Host.EnforcedLevel() == sandbox.LevelNamespaces
 		// A policy with "/" writable keeps /dev/null, zero, full, random,
 		// urandom and tty usable (the sandbox's device rules apply whatever
 		// the root access; cmd/runtimed TestSandboxRootWritePreservesDevices).

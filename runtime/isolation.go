@@ -39,13 +39,26 @@ type isolation struct {
 
 func newIsolation(cfg Config) *isolation {
 	iso := &isolation{}
+	// Nothing this process inherited without close-on-exec reaches a
+	// child (package sandbox seals again before each start).
+	sandbox.SealDescriptors()
 	iso.net = cfg.netPlacer
 	h, err := sandbox.Probe(os.TempDir())
 	if err != nil {
 		cfg.Logger.Warn("sandbox unavailable: sandboxed starts will be refused", zap.Error(err))
 	} else {
 		iso.Host = h
-		cfg.Logger.Info("sandbox", zap.String("enforces", h.Summary()))
+		if cfg.SandboxLevel != "" {
+			h.Level = sandbox.Level(cfg.SandboxLevel) // checked by Config.Validate
+		}
+		if cfg.SandboxPidNamespace != "" {
+			h.PidNamespace = sandbox.PidMode(cfg.SandboxPidNamespace)
+		}
+		log := cfg.Logger.Info
+		if !h.Enforces() {
+			log = cfg.Logger.Warn
+		}
+		log("sandbox", zap.String("level", string(h.EnforcedLevel())), zap.String("enforces", h.Summary()))
 	}
 	want := contain.ModeCgroup2
 	switch cfg.Containment {

@@ -140,6 +140,14 @@ type Config struct {
 	// allows it, else a child subreaper), ContainSubreaper or
 	// ContainProcessGroup.
 	Containment string
+	// SandboxLevel is "namespaces" (the default: the empty string) or
+	// "landlock" (runtimed serve --sandbox-level): what a sandboxed start
+	// gets; see docs/sandbox.md.
+	SandboxLevel string
+	// SandboxPidNamespace is "isolate" (the default: the empty string;
+	// each sandboxed tree in a pid namespace of its own) or "inherit"
+	// (runtimed serve --sandbox-pid-namespace).
+	SandboxPidNamespace string
 	// Services are kept running by the server (StartServices; runtimed
 	// serve --supervise FILE) and shown by process/list of every session.
 	// Each is checked as Supervisor.Add checks it; names are unique.

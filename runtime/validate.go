@@ -17,6 +17,8 @@ import (
 	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/actors/policy"
 	"github.com/runtimed/runtimed/wire"
+
+	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
 // Validation of every option this package takes, in one place. Each
@@ -414,6 +416,16 @@ func (c Config) validate() error {
 	} {
 		if f.v < 0 {
 			return invalid("Config."+f.name, "must not be negative (0 means the default), got %d", f.v)
+		}
+	}
+	if c.SandboxLevel != "" {
+		if _, err := sandbox.ParseLevel(c.SandboxLevel); err != nil {
+			return invalid("Config.SandboxLevel", "%v", err)
+		}
+	}
+	if c.SandboxPidNamespace != "" {
+		if _, err := sandbox.ParsePidMode(c.SandboxPidNamespace); err != nil {
+			return invalid("Config.SandboxPidNamespace", "%v", err)
 		}
 	}
 	msgLimit := int64(c.MaxMessageBytes)

@@ -79,6 +79,11 @@ const (
 	// CapRuntimedSandboxSubpaths: read-only subpaths under writable roots
 	// and deny entries under readable ones (a private mount namespace).
 	CapRuntimedSandboxSubpaths = "runtimedSandboxSubpaths"
+	// CapRuntimedSandboxNamespaces: sandboxed starts get the namespaces
+	// level (a read-only mount tree, private /dev, /proc, IPC and network,
+	// docs/sandbox.md); false with runtimedSandbox true means the operator
+	// chose --sandbox-level landlock, which leaves that list open.
+	CapRuntimedSandboxNamespaces = "runtimedSandboxNamespaces"
 	// CapRuntimedTreeContainment: every descendant of a process is tracked
 	// by a cgroup and dies with it (setsid and double forks included).
 	CapRuntimedTreeContainment = "runtimedTreeContainment"
@@ -112,11 +117,12 @@ type Capabilities struct {
 	LinuxRootWritePreservesDevices              bool
 	LinuxApprovedRootWritePreservesRestrictions bool
 
-	RuntimedSandbox         bool
-	RuntimedSandboxSubpaths bool
-	RuntimedTreeContainment bool
-	RuntimedLimits          bool
-	RuntimedOutputAck       bool
+	RuntimedSandbox           bool
+	RuntimedSandboxSubpaths   bool
+	RuntimedSandboxNamespaces bool
+	RuntimedTreeContainment   bool
+	RuntimedLimits            bool
+	RuntimedOutputAck         bool
 }
 
 // fields pairs each capability name with its flag, in Codex's order.
@@ -145,6 +151,7 @@ func (c *Capabilities) fields() []struct {
 		{CapLinuxApprovedRootWritePreservesRestrictions, &c.LinuxApprovedRootWritePreservesRestrictions},
 		{CapRuntimedSandbox, &c.RuntimedSandbox},
 		{CapRuntimedSandboxSubpaths, &c.RuntimedSandboxSubpaths},
+		{CapRuntimedSandboxNamespaces, &c.RuntimedSandboxNamespaces},
 		{CapRuntimedTreeContainment, &c.RuntimedTreeContainment},
 		{CapRuntimedLimits, &c.RuntimedLimits},
 		{CapRuntimedOutputAck, &c.RuntimedOutputAck},

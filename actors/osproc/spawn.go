@@ -169,8 +169,22 @@ func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 		}
 	}()
 	attr := &os.ProcAttr{Dir: spec.Dir, Env: spec.Env, Sys: &syscall.SysProcAttr{Setsid: true}}
+	var devpts *os.File // the sandbox's own devpts instance of the PTY
+	defer func() {
+		if devpts != nil {
+			devpts.Close()
+		}
+	}()
 	if spec.TTY {
-		master, slave, perr := pty.Open()
+		var master, slave *os.File
+		var perr error
+		ok := false
+		if spec.Sandbox != nil {
+			master, slave, devpts, ok, perr = iso.Host.OpenPTY(spec.Rows, spec.Cols)
+		}
+		if !ok {
+			master, slave, perr = pty.Open()
+		}
 		if perr == nil {
 			master, perr = pollable(master)
 		}
@@ -236,8 +250,10 @@ func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 	var proc *os.Process
 	var serr error
 	if plan, ok := helperPlan(spec, path, argv, s.group); ok {
+		plan.DevPts = devpts
 		proc, serr = sandbox.Start(iso.Host, plan, attr)
 	} else {
+		sandbox.SealDescriptors() // only its stdio reaches the child
 		proc, serr = os.StartProcess(path, argv, attr)
 	}
 	s.group.CloseFD() // the child is in its cgroup (or was not started)
@@ -267,7 +283,9 @@ func helperPlan(spec Spec, path string, argv []string, g *contain.Group) (sandbo
 	for _, r := range g.Rlimits() {
 		plan.Rlimits = append(plan.Rlimits, sandbox.Rlimit{Resource: r.Resource, Cur: r.Cur, Max: r.Max})
 	}
-	return plan, plan.Policy != nil || len(plan.Rlimits) > 0 || len(plan.JoinCgroups) > 0
+	// A tree with limits cannot lift them (see sandbox.Plan.LockLimits).
+	plan.LockLimits = !spec.Limits.IsZero()
+	return plan, plan.Policy != nil || plan.LockLimits || len(plan.Rlimits) > 0 || len(plan.JoinCgroups) > 0
 }
 
 func errUnwrapPath(err error) error {

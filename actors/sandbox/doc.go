@@ -1,5 +1,11 @@
 // Package sandbox confines a child process and all its descendants with
-// the kernel: Landlock for the file system (every right the kernel's ABI
+// the kernel. At the namespaces level (the default, ns.go and init.go)
+// the helper is cloned into new mount, IPC, pid and network namespaces,
+// makes the tree read-only with the policy's write entries bound back, a
+// fresh /dev, /proc and /dev/shm, and stays as the pid namespace's init;
+// inside, the same confinement as the landlock level applies to the
+// command. At the landlock level (runtimed serve --sandbox-level
+// landlock) it uses, on a spawning thread or the helper: Landlock for the file system (every right the kernel's ABI
 // knows), signal and abstract-socket scoping (ABI 6+: no signals or ptrace
 // outside the sandbox's own domain), a seccomp filter that lets only
 // AF_UNIX sockets be created (so TCP and UDP to any address, loopback

@@ -166,6 +166,12 @@ const (
 	llRead      = ll.AccessFSExecute | ll.AccessFSReadFile | ll.AccessFSReadDir
 	llWrite     = ll.AccessFSWriteFile | ll.AccessFSRemoveDir | ll.AccessFSRemoveFile | ll.AccessFSMakeChar | ll.AccessFSMakeDir | ll.AccessFSMakeReg | ll.AccessFSMakeSock | ll.AccessFSMakeFifo | ll.AccessFSMakeBlock | ll.AccessFSMakeSym | ll.AccessFSTruncate
 	llReadWrite = llRead | llWrite
+	// llDevFiles: device files of the namespace's /dev and devpts are
+	// read, written and ioctl'd (the mounts are read-only: nothing can be
+	// created there); llProcFiles: /proc files are written where the
+	// mounts and the kernel let a process without capabilities.
+	llDevFiles  = ll.AccessFSReadFile | ll.AccessFSWriteFile | ll.AccessFSTruncate | ll.AccessFSIoctlDev
+	llProcFiles = ll.AccessFSWriteFile | ll.AccessFSTruncate
 )
 
 // applyLandlock restricts the calling thread (and all it forks and
@@ -209,7 +215,9 @@ func applyLandlock(p *Policy, l layers, ps *pins) error {
 			var access uint64
 			switch {
 			case g.Write && g.Dir:
-				access = llReadWrite | ll.AccessFSRefer
+				// ResolveUnix (ABI 9+): connect to UNIX sockets inside
+				// writable roots only.
+				access = llReadWrite | ll.AccessFSRefer | ll.AccessFSResolveUnix
 			case g.Write:
 				access = llReadWrite & llFile
 			case g.Dir:
@@ -220,6 +228,7 @@ func applyLandlock(p *Policy, l layers, ps *pins) error {
 			if isDevPath(g.Path) {
 				access |= ll.AccessFSIoctlDev
 			}
+			access |= g.Extra
 			access &= attr.HandledAccessFS
 			if access == 0 {
 				continue

@@ -27,6 +27,8 @@ const (
 	helperEnv  = "RUNTIMED_SANDBOX_EXEC=1"
 	planFD     = 3
 	statusFD   = 4
+	// Then, at the namespaces level, Plan.DevPts and Plan.NetNS in this
+	// order (nsPlan.DevPtsFD, NetNSFD).
 	// HelperExitCode is the helper's exit code when it fails before exec.
 	HelperExitCode = 127
 )
@@ -49,12 +51,31 @@ type Plan struct {
 	Rlimits     []Rlimit `json:"rlimits,omitempty"`
 	// Policy, if non-nil, is enforced with Landlock, seccomp and mounts.
 	Policy *Policy `json:"policy,omitempty"`
+	// Dir is the command's working directory (Start fills it from the
+	// ProcAttr): the namespaces level enters it again once the mounts are
+	// made.
+	Dir string `json:"dir,omitempty"`
+	// Ctty: the command takes fd 0 as its controlling terminal (Start
+	// fills it from the ProcAttr).
+	Ctty bool `json:"ctty,omitempty"`
+	// LockLimits, for a start with limits and no policy: the command may
+	// neither leave its cgroups nor raise their limits, even as root (a
+	// cgroup namespace, a read-only view of the cgroup file systems, and
+	// the capabilities that could undo either dropped; see lockLimits).
+	LockLimits bool `json:"lockLimits,omitempty"`
+	// DevPts, if set, is the detached devpts instance of the command's
+	// PTY (Host.OpenPTY), attached at the namespace's /dev/pts.
+	DevPts *os.File `json:"-"`
+	// NetNS, if set, is the network namespace the command runs in
+	// (NewNetNS), instead of a new one, at the namespaces level.
+	NetNS *NetNS `json:"-"`
 }
 
 type wirePlan struct {
 	Plan
-	Layers  layers `json:"layers"`
-	Scratch string `json:"scratch"`
+	Layers  layers  `json:"layers"`
+	Scratch string  `json:"scratch"`
+	NS      *nsPlan `json:"ns,omitempty"` // the namespaces level (ns.go)
 }
 
 type helperStatus struct {
@@ -179,6 +200,14 @@ func helperMain() helperStatus {
 			return fail("rlimit", fmt.Errorf("setrlimit(%d): %w", r.Resource, err))
 		}
 	}
+	if p.NS != nil {
+		return nsMain(&p)
+	}
+	if p.LockLimits && p.Policy == nil {
+		if stage, err := lockLimits(); err != nil {
+			return fail(stage, err)
+		}
+	}
 	if p.Policy != nil {
 		var ps pins // closed by execve
 		if stage, err := enforce(p.Policy, p.Layers, p.Scratch, ".", &ps); err != nil {
@@ -201,6 +230,12 @@ type Launch struct {
 	// NewMountNS asks the caller to clone the child into a private mount
 	// namespace (CLONE_NEWNS).
 	NewMountNS bool
+	// Cloneflags are the namespaces the caller must clone the helper into
+	// (the namespaces level); with InitCtty the helper becomes the pid
+	// namespace's init and the command, not the helper, must take the
+	// controlling terminal (the caller clears Setctty).
+	Cloneflags uintptr
+	InitCtty   bool
 
 	plan    []byte
 	planW   *os.File
@@ -218,6 +253,27 @@ func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 			return nil, err
 		}
 		wp.Layers, wp.Scratch = l, h.Scratch
+		if h.namespaces() {
+			np, err := planNamespace(plan.Policy)
+			if err != nil {
+				return nil, err
+			}
+			np.PidNS = h.PidNamespace != PidInherit
+			np.NetNS = !plan.Policy.Network
+			np.Dir, np.Ctty = plan.Dir, plan.Ctty
+			next := statusFD + 1
+			if plan.DevPts != nil {
+				np.DevPtsFD, next = next, next+1
+			}
+			if plan.NetNS != nil {
+				np.NetNSFD, np.NetNS = next, false
+			}
+			if np.Dir == "" {
+				np.Dir, _ = os.Getwd()
+			}
+			wp.NS = &np
+			wp.Layers.Overlays = nil // the namespace plan's mounts replace them
+		}
 	}
 	raw, err := json.Marshal(wp)
 	if err != nil {
@@ -228,7 +284,17 @@ func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 		exe = h.Exe
 	}
 	l := &Launch{Exe: exe, Argv: []string{helperArg0}, Env: []string{helperEnv, "GOMAXPROCS=1", "GOGC=off"}, plan: raw}
-	l.NewMountNS = len(wp.Layers.Overlays) > 0
+	l.NewMountNS = len(wp.Layers.Overlays) > 0 || (plan.LockLimits && plan.Policy == nil)
+	if wp.NS != nil {
+		l.Cloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWIPC
+		if wp.NS.PidNS {
+			l.Cloneflags |= unix.CLONE_NEWPID
+			l.InitCtty = wp.NS.Ctty
+		}
+		if wp.NS.NetNS {
+			l.Cloneflags |= unix.CLONE_NEWNET
+		}
+	}
 	planR, planW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: plan pipe: %w", err)

@@ -39,6 +39,18 @@ type Host struct {
 	// directory that hide denied paths (nothing is ever written in it on
 	// the host).
 	Scratch string
+	// Level is what a sandboxed start gets: LevelNamespaces (the default
+	// where namespaces can be made) or LevelLandlock (the operator's
+	// choice: Landlock and seccomp only, see docs/sandbox.md for what that
+	// leaves open).
+	Level Level
+	// PidNamespace is PidIsolate (the default: each sandboxed tree in a
+	// pid namespace of its own, with its own /proc) or PidInherit.
+	PidNamespace PidMode
+	// Namespaces reports whether this host can make the namespaces level's
+	// namespaces and mounts; NamespacesMissing says why not.
+	Namespaces        bool
+	NamespacesMissing string
 	// HelperOnly sends every confined start through the helper, also
 	// those Start would enforce on a spawning thread (tests and
 	// benchmarks compare the two ways).
@@ -46,10 +58,55 @@ type Host struct {
 
 	// spawner reports that a thread can take spawnerUID (see start.go).
 	spawner bool
+	// nets keeps an empty network namespace made ahead for the next
+	// namespaced start with the network restricted (nil: none). Copies of
+	// a Host share it.
+	nets *netPool
 	// threads keeps a spawning thread prepared for the next confined
 	// start (nil: none; set by Probe when threads can be confined, ended
 	// by Close). Copies of a Host share it.
 	threads *threadPool
+}
+
+// Level is a sandbox level (runtimed serve --sandbox-level).
+type Level string
+
+const (
+	// LevelNamespaces: mount, pid, IPC, cgroup and network namespaces are
+	// the boundary, Landlock and seccomp the second wall (ns.go).
+	LevelNamespaces Level = "namespaces"
+	// LevelLandlock: Landlock and seccomp on a spawning thread or the
+	// helper, with mount overlays only where Landlock cannot say it.
+	LevelLandlock Level = "landlock"
+)
+
+// PidMode is runtimed serve --sandbox-pid-namespace.
+type PidMode string
+
+const (
+	// PidIsolate: each sandboxed tree in a pid namespace of its own, the
+	// helper its init.
+	PidIsolate PidMode = "isolate"
+	// PidInherit: the host's pid namespace (no init; /proc shows the host).
+	PidInherit PidMode = "inherit"
+)
+
+// ParseLevel reads runtimed serve --sandbox-level.
+func ParseLevel(s string) (Level, error) {
+	switch Level(s) {
+	case LevelNamespaces, LevelLandlock:
+		return Level(s), nil
+	}
+	return "", fmt.Errorf("sandbox level %q: expected namespaces or landlock", s)
+}
+
+// ParsePidMode reads runtimed serve --sandbox-pid-namespace.
+func ParsePidMode(s string) (PidMode, error) {
+	switch PidMode(s) {
+	case PidIsolate, PidInherit:
+		return PidMode(s), nil
+	}
+	return "", fmt.Errorf("sandbox pid namespace %q: expected isolate or inherit", s)
 }
 
 // UnavailableError is a policy this host cannot enforce. The message names
@@ -83,6 +140,9 @@ func Probe(scratch string) (*Host, error) {
 		h.Seccomp = seccompFilterAvailable()
 	}
 	h.MountNS = hasCap(unix.CAP_SYS_ADMIN)
+	h.Level, h.PidNamespace = LevelNamespaces, PidIsolate
+	h.NamespacesMissing = probeNamespaces()
+	h.Namespaces = h.NamespacesMissing == ""
 	h.spawner = hasCap(unix.CAP_SETUID) && probeSpawner()
 	if h.spawner && h.LandlockErrata&erratumThreadSignals != 0 {
 		h.threads = newThreadPool()
@@ -92,6 +152,9 @@ func Probe(scratch string) (*Host, error) {
 		return nil, fmt.Errorf("sandbox: find own executable: %w", err)
 	}
 	h.Exe = exe
+	if h.Namespaces {
+		h.nets = &netPool{}
+	}
 	dir, err := os.MkdirTemp(scratch, "runtimed-sandbox-")
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: scratch directory: %w", err)
@@ -120,10 +183,45 @@ func (h *Host) Close() error {
 		return nil
 	}
 	h.threads.close()
+	h.nets.close()
 	if h.Scratch == "" {
 		return nil
 	}
 	return os.RemoveAll(h.Scratch)
+}
+
+// namespaces reports whether sandboxed starts take the namespaces level.
+func (h *Host) namespaces() bool { return h != nil && h.Level != LevelLandlock }
+
+// probeNamespaces makes, on a throwaway thread, the namespaces a
+// sandboxed start needs, and clones and re-attributes a mount the way
+// the helper does; it returns what failed ("" when nothing did).
+func probeNamespaces() string {
+	missing := ""
+	onThrowawayThread(func() {
+		if !hasCap(unix.CAP_SYS_ADMIN) {
+			missing = "CAP_SYS_ADMIN in the daemon (run runtimed as root)"
+			return
+		}
+		if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWNET | unix.CLONE_NEWPID | unix.CLONE_NEWCGROUP); err != nil {
+			missing = fmt.Sprintf("mount, IPC, network, pid and cgroup namespaces (unshare: %v)", err)
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			missing = fmt.Sprintf("private mounts (%v)", err)
+			return
+		}
+		t, err := unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			missing = fmt.Sprintf("open_tree(2) (Linux 5.2+: %v)", err)
+			return
+		}
+		defer unix.Close(t)
+		if err := unix.MountSetattr(t, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+			missing = fmt.Sprintf("mount_setattr(2) (Linux 5.12+: %v)", err)
+		}
+	})
+	return missing
 }
 
 // Check tells whether p can be enforced here, or names what is missing.
@@ -133,6 +231,12 @@ func (h *Host) Check(p *Policy) error {
 	}
 	if h == nil {
 		return &UnavailableError{What: "a sandbox", Missing: "a probed sandbox host", Check: "the embedding program configured no sandbox.Host"}
+	}
+	if h.namespaces() && !h.Namespaces {
+		return &UnavailableError{What: "the namespaces sandbox (a read-only mount tree, private /dev, /proc, IPC and network)",
+			Missing: h.NamespacesMissing,
+			Check: "check with `unshare --mount --pid --ipc --net --cgroup --fork true` as the daemon's user; " +
+				"or start runtimed serve --sandbox-level landlock, which leaves open what docs/sandbox.md lists"}
 	}
 	if h.LandlockABI < MinLandlockABI {
 		return &UnavailableError{What: "confinement of a sandboxed process (file system, signals, ptrace)",
@@ -180,7 +284,7 @@ func (h *Host) checked(policy *Policy) (layers, error) {
 
 // checkLayers is the part of Check that depends on the planned layers.
 func (h *Host) checkLayers(l layers) error {
-	if len(l.Overlays) > 0 && !h.MountNS {
+	if len(l.Overlays) > 0 && !h.MountNS && !h.namespaces() {
 		return &UnavailableError{What: "read-only or denied paths inside readable or writable roots",
 			Missing: "a private mount namespace (CAP_SYS_ADMIN in the daemon)",
 			Check:   "run runtimed as root or with CAP_SYS_ADMIN, or drop the narrower entries"}
@@ -191,6 +295,14 @@ func (h *Host) checkLayers(l layers) error {
 // Summary says what this host enforces, for the start-up log.
 func (h *Host) Summary() string {
 	var b strings.Builder
+	switch {
+	case h.namespaces() && h.Namespaces:
+		fmt.Fprintf(&b, "level namespaces (read-only mount tree, private /dev /proc IPC network, pid namespace %s); ", h.PidNamespace)
+	case h.namespaces():
+		fmt.Fprintf(&b, "level namespaces UNAVAILABLE (%s): sandboxed starts are refused unless --sandbox-level landlock; ", h.NamespacesMissing)
+	default:
+		b.WriteString("level landlock (operator's choice: no mount, pid, IPC or network namespaces; see docs/sandbox.md); ")
+	}
 	if h.LandlockABI >= MinLandlockABI {
 		fmt.Fprintf(&b, "file system and signal/ptrace confinement by Landlock ABI %d", h.LandlockABI)
 	} else {
@@ -210,7 +322,20 @@ func (h *Host) Summary() string {
 }
 
 // Enforces reports whether a sandbox of any kind can be enforced here.
-func (h *Host) Enforces() bool { return h != nil && h.LandlockABI >= MinLandlockABI && h.Seccomp }
+func (h *Host) Enforces() bool {
+	return h != nil && h.LandlockABI >= MinLandlockABI && h.Seccomp && (!h.namespaces() || h.Namespaces)
+}
+
+// EnforcedLevel names the level sandboxed starts get here ("" if none).
+func (h *Host) EnforcedLevel() Level {
+	if !h.Enforces() {
+		return ""
+	}
+	if h.namespaces() {
+		return LevelNamespaces
+	}
+	return LevelLandlock
+}
 
 // hasCap reads the effective capability set of the calling thread.
 func hasCap(c int) bool {

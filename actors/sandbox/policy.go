@@ -92,6 +92,9 @@ type grant struct {
 	Write bool   `json:"write"`
 	Dir   bool   `json:"dir"`
 	ID    fileID `json:"id"`
+	// Extra are Landlock rights granted beyond Write's (the namespace's
+	// /dev and /proc, see nsExtraGrants).
+	Extra uint64 `json:"extra,omitempty"`
 }
 
 // fileID is what the daemon resolved a path to. The helper opens each

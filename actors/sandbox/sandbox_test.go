@@ -123,19 +123,30 @@ func TestPlanLayers(t *testing.T) {
 		}
 	}
 	// Checks name what is missing on a host without the features.
-	weak := &Host{LandlockABI: 4, Seccomp: true}
+	weak := &Host{LandlockABI: 4, Seccomp: true, Level: LevelLandlock}
 	if err := weak.Check(&Policy{RestrictFS: true}); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "Landlock ABI 6") {
 		t.Errorf("old kernel: %v", err)
 	}
-	noMount := &Host{LandlockABI: 7, Seccomp: true}
+	noMount := &Host{LandlockABI: 7, Seccomp: true, Level: LevelLandlock}
 	if err := noMount.Check(&Policy{RestrictFS: true, Network: true, Rules: []Rule{{"/", Read}, {secret, Deny}}}); err == nil || !strings.Contains(err.Error(), "mount namespace") {
 		t.Errorf("no mount namespace: %v", err)
 	}
-	noSeccomp := &Host{LandlockABI: 7}
+	noSeccomp := &Host{LandlockABI: 7, Level: LevelLandlock}
 	if err := noSeccomp.Check(&Policy{}); err == nil || !strings.Contains(err.Error(), "seccomp") {
 		t.Errorf("no seccomp: %v", err)
 	}
 	if err := noSeccomp.Check(&Policy{Network: true}); err != nil {
 		t.Errorf("network enabled needs no seccomp: %v", err)
+	}
+	// The namespaces level where they cannot be made: refused, naming
+	// what is missing and how to check, and the operator's way out.
+	noNS := &Host{LandlockABI: 7, Seccomp: true, NamespacesMissing: "CAP_SYS_ADMIN in the daemon (run runtimed as root)"}
+	err := noNS.Check(&Policy{RestrictFS: true, Rules: []Rule{{"/", Read}}})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "CAP_SYS_ADMIN") || !strings.Contains(err.Error(), "unshare --mount") ||
+		!strings.Contains(err.Error(), "--sandbox-level landlock") {
+		t.Errorf("no namespaces: %v", err)
+	}
+	if noNS.Enforces() {
+		t.Errorf("a host without namespaces does not enforce the namespaces level")
 	}
 }

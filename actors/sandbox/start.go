@@ -34,6 +34,10 @@ import (
 // confined thread could not signal its siblings, which the Go runtime does
 // to preempt goroutines).
 func Start(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
+	SealDescriptors()
+	if plan.Policy != nil && h.namespaces() {
+		return startHelper(h, plan, attr)
+	}
 	if plan.Policy != nil && len(plan.Rlimits) == 0 && len(plan.JoinCgroups) == 0 && h.confinesThreads() &&
 		(attr.Sys == nil || attr.Sys.Pdeathsig == 0) {
 		l, err := planFor(h, plan.Policy)
@@ -212,6 +216,17 @@ func stageError(stage string, err error) *ExecError {
 // status comes back on fd 4, in a new mount namespace when the policy
 // needs overlays.
 func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
+	plan.Dir = attr.Dir
+	plan.Ctty = attr.Sys != nil && attr.Sys.Setctty
+	if plan.Policy != nil && h.namespaces() && !plan.Policy.Network && plan.NetNS == nil {
+		// An empty network namespace made ahead, if one is ready; the next
+		// is made in the background once this start returned.
+		defer h.nets.refill()
+		if n := h.nets.take(); n != nil {
+			defer n.Close()
+			plan.NetNS = n
+		}
+	}
 	l, err := NewLaunch(h, plan)
 	if err != nil {
 		return nil, err
@@ -219,12 +234,30 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	a := *attr
 	a.Env = l.Env
 	a.Files = append(append([]*os.File(nil), attr.Files...), l.Files[0], l.Files[1])
-	if l.NewMountNS {
+	if l.Cloneflags != 0 {
+		if (plan.DevPts != nil || plan.NetNS != nil) && len(attr.Files) != 3 {
+			l.Abort()
+			return nil, fmt.Errorf("sandbox: a start with its own devpts or network namespace takes exactly 3 stdio files, got %d", len(attr.Files))
+		}
+		if plan.DevPts != nil {
+			a.Files = append(a.Files, plan.DevPts)
+		}
+		if plan.NetNS != nil {
+			a.Files = append(a.Files, plan.NetNS.f)
+		}
+	}
+	if l.NewMountNS || l.Cloneflags != 0 {
 		sys := syscall.SysProcAttr{}
 		if attr.Sys != nil {
 			sys = *attr.Sys
 		}
-		sys.Cloneflags |= syscall.CLONE_NEWNS
+		if l.NewMountNS {
+			sys.Cloneflags |= syscall.CLONE_NEWNS
+		}
+		sys.Cloneflags |= l.Cloneflags
+		if l.InitCtty {
+			sys.Setctty = false // the command takes the terminal, not its init
+		}
 		a.Sys = &sys
 	}
 	proc, err := os.StartProcess(l.Exe, l.Argv, &a)

@@ -23,6 +23,9 @@ func probeOrSkip(t *testing.T) *Host {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
+	// The tests of the landlock level (spawning threads, the helper and
+	// its overlays); nsHost switches to the namespaces level.
+	h.Level = LevelLandlock
 	if !h.Enforces() {
 		t.Skipf("this kernel cannot enforce a sandbox: %+v", h)
 	}

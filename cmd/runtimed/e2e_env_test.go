@@ -37,7 +37,7 @@ var hostCapabilities = map[string]string{"linuxRootWritePreservesDevices": "runt
 // extCapabilities are runtimed's own names; their values depend on what the
 // host can enforce, and TestCapabilitiesAreTruthful checks them against
 // what the server then does.
-var extCapabilities = []string{"runtimedSandbox", "runtimedSandboxSubpaths", "runtimedTreeContainment", "runtimedLimits", "runtimedOutputAck"}
+var extCapabilities = []string{"runtimedSandbox", "runtimedSandboxSubpaths", "runtimedSandboxNamespaces", "runtimedTreeContainment", "runtimedLimits", "runtimedOutputAck"}
 
 type envInfo struct {
 	Shell struct {

@@ -76,11 +76,13 @@ func TestSandboxOverTheWire(t *testing.T) {
 			t.Fatal(err)
 		}
 		script := fmt.Sprintf(`echo in > in.txt && echo in-ok
-(echo out > %s/out) 2>/dev/null && echo out-ok || echo out-denied
+(echo out > %[1]s/out) 2>/dev/null && echo out-ok || echo out-denied
 (echo g > .git/config) 2>/dev/null && echo git-ok || echo git-denied
 (echo c > .codex/config) 2>/dev/null && echo codex-ok || echo codex-denied
-(echo t > /tmp/runtimed-e2e-$$ && rm /tmp/runtimed-e2e-$$) 2>/dev/null && echo tmp-ok || echo tmp-denied
-(exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null && echo net-ok || echo net-denied`, outside, port)
+(echo t > /tmp/runtimed-e2e-%[3]s && rm /tmp/runtimed-e2e-%[3]s) 2>/dev/null && echo tmp-ok || echo tmp-denied
+(exec 3<>/dev/tcp/127.0.0.1/%[2]d) 2>/dev/null && echo net-ok || echo net-denied`, outside, port, filepath.Base(outsideBase)+"-"+tr.name)
+		// (a name of this run's: $$ is the same small number in every pid
+		// namespace, and the transports run in parallel)
 		req := startReq{StartParams: wiretest.StartParams{ProcessID: "sb", Argv: []string{"/usr/bin/bash", "-c", script},
 			Cwd: "file://" + ws, Env: baseEnv()}, Sandbox: codexWorkspaceWrite(ws, "restricted")}
 		res, err := call(ctx, c, "process/start", req)

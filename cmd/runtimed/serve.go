@@ -48,6 +48,8 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	cpuProfile := fs.String("cpu-profile", "", "write a CPU profile of the whole run to this file (for performance work)")
 	defaultSandbox := fs.String("default-sandbox", "", "confine starts that carry no sandbox: read-only or workspace-write (project root = the start's cwd); empty: run them unconfined")
 	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
+	sandboxLevel := fs.String("sandbox-level", "namespaces", "what a sandboxed start gets: namespaces (read-only mount tree, private /dev, /proc, IPC and network, plus Landlock and seccomp; refused where namespaces cannot be made) or landlock (Landlock and seccomp only: see docs/sandbox.md for what that leaves open)")
+	sandboxPidNS := fs.String("sandbox-pid-namespace", "isolate", "isolate (each sandboxed tree in a pid namespace of its own, with its own /proc) or inherit (the host's pids and /proc)")
 	supervise := fs.String("supervise", "", "keep the services described in this JSON file running (see docs or runtime.LoadServices); they show in process/list")
 	maxConns := fs.Int("max-connections", 0, "open connections allowed (0: derived from RLIMIT_NOFILE and memory; -1: unlimited)")
 	maxProcsTotal := fs.Int("max-processes-total", 0, "active processes allowed server-wide (0: derived from RLIMIT_NOFILE and memory; -1: unlimited)")
@@ -95,23 +97,25 @@ pair, the --auth-token-file tokens and reopens --audit-log. Operator's guide: do
 	}
 	defer idn.close()
 	cfg := runtime.Config{
-		Logger:          log,
-		DetachTTL:       nonZero(*detachTTL),
-		RetainBytes:     *retainBytes,
-		RetainChunks:    *retainChunks,
-		ClosedRetention: nonZero(*closedRetention),
-		ShutdownGrace:   *shutdownGrace,
-		MaxMessageBytes: *maxMessage,
-		MaxProcesses:    *maxProcs,
-		AuthToken:       token,
-		AllowedOrigins:  origins,
-		FsRoots:         fsRoots,
-		DefaultSandbox:  *defaultSandbox,
-		RequireSandbox:  *requireSandbox,
-		Tokens:          idn.tokenSource(),
-		Audit:           idn.auditor(),
-		Metrics:         nf.metricsListen != "",
-		NetworkDeny:     netDeny,
+		Logger:              log,
+		DetachTTL:           nonZero(*detachTTL),
+		RetainBytes:         *retainBytes,
+		RetainChunks:        *retainChunks,
+		ClosedRetention:     nonZero(*closedRetention),
+		ShutdownGrace:       *shutdownGrace,
+		MaxMessageBytes:     *maxMessage,
+		MaxProcesses:        *maxProcs,
+		AuthToken:           token,
+		AllowedOrigins:      origins,
+		FsRoots:             fsRoots,
+		DefaultSandbox:      *defaultSandbox,
+		RequireSandbox:      *requireSandbox,
+		SandboxLevel:        *sandboxLevel,
+		SandboxPidNamespace: *sandboxPidNS,
+		Tokens:              idn.tokenSource(),
+		Audit:               idn.auditor(),
+		Metrics:             nf.metricsListen != "",
+		NetworkDeny:         netDeny,
 
 		DisableHTTPRequests: !*httpRequests,
 		MaxHTTPBodyBytes:    *httpMaxBody,

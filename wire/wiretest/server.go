@@ -103,6 +103,25 @@ func StartWS(t testing.TB, bin string, extraArgs ...string) *Server {
 	return StartWSEnv(t, bin, nil, extraArgs...)
 }
 
+// StartWSFiles is StartWS with files the server inherits as descriptors 3, 4, ... (without
+// close-on-exec, as a careless parent would leave them).
+func StartWSFiles(t testing.TB, bin string, files []*os.File, extraArgs ...string) *Server {
+	t.Helper()
+	args := append([]string{"serve", "--listen", "ws://127.0.0.1:0"}, extraArgs...)
+	s, err := start(t, bin, args, nil, func(cmd *exec.Cmd) { cmd.ExtraFiles = files })
+	if err != nil {
+		t.Fatalf("wiretest: start %s %q: %v", bin, args, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	line, err := s.FirstLine(ctx)
+	if err != nil {
+		t.Fatalf("wiretest: server %q did not print its URL: %v\nstderr:\n%s", args, err, s.Stderr())
+	}
+	s.URL = strings.TrimSpace(line)
+	return s
+}
+
 // StartWSEnv is StartWS with extra environment variables ("K=V") for the server.
 func StartWSEnv(t testing.TB, bin string, env []string, extraArgs ...string) *Server {
 	t.Helper()
@@ -136,7 +155,8 @@ func start(t testing.TB, bin string, args []string, extraEnv []string, configure
 	cmd.WaitDelay = waitDelay
 	if configure != nil {
 		configure(cmd)
-	} else {
+	}
+	if cmd.Stdout == nil {
 		s.stdout = newFirstLineWriter()
 		cmd.Stdout = s.stdout
 	}

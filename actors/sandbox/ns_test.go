@@ -1,0 +1,333 @@
+package sandbox
+
+import (
+	"fmt"
+	"github.com/runtimed/runtimed/actors/sandbox/sandboxtest"
+	"golang.org/x/sys/unix"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// nsHost is a probed host at the namespaces level, or a skip naming what
+// this host lacks.
+func nsHost(t *testing.T) *Host {
+	t.Helper()
+	h := probeOrSkip(t)
+	if !h.Namespaces {
+		t.Skipf("no namespaces here: %s", h.NamespacesMissing)
+	}
+	h.Level = LevelNamespaces
+	return h
+}
+
+// runIn runs a shell script under p in dir and returns its combined
+// output and exit code.
+func runIn(t *testing.T, h *Host, p *Policy, dir, script string) (string, int) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	proc, err := Start(h, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"}, Policy: p},
+		&os.ProcAttr{Dir: dir, Files: []*os.File{devnull, w, w}, Sys: &syscall.SysProcAttr{Setsid: true}})
+	w.Close()
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	_ = r.SetReadDeadline(time.Now().Add(30 * time.Second))
+	out, rerr := io.ReadAll(r)
+	st, werr := proc.Wait()
+	if rerr != nil || werr != nil {
+		t.Fatalf("read: %v, wait: %v", rerr, werr)
+	}
+	return string(out), st.ExitCode()
+}
+
+// codexWorkspaceWrite is the policy Codex 0.169 sends for workspace-write,
+// resolved: / read; the root and /tmp write ($TMPDIR unset);
+// .git/.agents/.codex read where they exist (missing_path_behavior skip;
+// .aws is not listed).
+func codexWorkspaceWrite(ws string) *Policy {
+	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}, {Path: ws, Access: Write}, {Path: "/tmp", Access: Write}}}
+	for _, sub := range []string{".git", ".agents", ".codex"} {
+		if _, err := os.Lstat(filepath.Join(ws, sub)); err == nil {
+			p.Rules = append(p.Rules, Rule{Path: filepath.Join(ws, sub), Access: Read})
+		}
+	}
+	return p
+}
+
+func codexReadOnly() *Policy {
+	return &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}}}
+}
+
+func TestNamespaceSmoke(t *testing.T) {
+	h := nsHost(t)
+	ws := t.TempDir()
+	if err := os.Mkdir(filepath.Join(ws, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runIn(t, h, codexWorkspaceWrite(ws), ws, `echo hi > f && cat f; echo x > .git/c || echo DENIED-git; mkdir .codex/x || echo DENIED-codex; ls /dev; ps -e 2>&1 | wc -l; echo $$; cat /proc/self/comm; echo me > /proc/self/comm && cat /proc/self/comm; touch /etc/passwd || echo DENIED-etc; exit 3`)
+	t.Logf("code %d out:\n%s", code, out)
+	if code != 3 || !strings.Contains(out, "hi\n") {
+		t.Fatalf("code %d out %q", code, out)
+	}
+}
+
+// TestNamespaceAttacks runs every attack of the issue from inside a tree
+// started by Start, in read-only and in workspace-write (Codex's shape),
+// with pid namespaces isolated and inherited, and checks the host
+// afterwards.
+func TestNamespaceAttacks(t *testing.T) {
+	h := nsHost(t)
+	for _, pid := range []PidMode{PidIsolate, PidInherit} {
+		for _, mode := range []string{sandboxtest.ReadOnly, sandboxtest.WorkspaceWrite} {
+			t.Run(fmt.Sprintf("%s/%s", pid, mode), func(t *testing.T) {
+				hh := *h
+				hh.PidNamespace = pid
+				sc := sandboxtest.NewScene(t)
+				p := codexReadOnly()
+				if mode == sandboxtest.WorkspaceWrite {
+					p = codexWorkspaceWrite(sc.WS)
+				}
+				out, code := runIn(t, &hh, p, sc.WS, sc.Script(sc.FD))
+				if code != 0 {
+					t.Errorf("exit %d", code)
+				}
+				if pid == PidInherit {
+					// The host's pids: only the ps check differs.
+					out = strings.ReplaceAll(out, "PS-MARKER:1\n", "PS-MARKER:0\n")
+					out = strings.ReplaceAll(out, "PS-COUNT:", "PS-COUNT-HOST:")
+					out += "PS-COUNT:1\n"
+				}
+				sc.Check(t, out, mode)
+			})
+		}
+	}
+}
+
+// TestNamespaceInitSignalsAndStatus: the daemon signals the tree's init
+// (the pid it reports); the init forwards to the command's group, and the
+// command's own status comes back, a signal death as 128+N.
+func TestNamespaceInitSignalsAndStatus(t *testing.T) {
+	h := nsHost(t)
+	ws := t.TempDir()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	proc, err := Start(h, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", `trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done`}, Policy: codexWorkspaceWrite(ws)},
+		&os.ProcAttr{Dir: ws, Files: []*os.File{nil, w, w}, Sys: &syscall.SysProcAttr{Setsid: true}})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	_ = r.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := r.Read(buf); err != nil || !strings.Contains(string(buf[:n]), "ready") {
+		t.Fatalf("ready: %q %v", buf[:n], err)
+	}
+	if err := syscall.Kill(-proc.Pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(r)
+	st, err := proc.Wait()
+	if err != nil || st.ExitCode() != 7 || !strings.Contains(string(rest), "got-term") {
+		t.Fatalf("after SIGTERM: exit %v (%v), output %q; want 7 and got-term", st, err, rest)
+	}
+	// A death by signal: 128+N, as without a pid namespace.
+	if _, code := runIn(t, h, codexWorkspaceWrite(ws), ws, `kill -9 $$`); code != 137 {
+		t.Errorf("kill -9 of the command: exit %d, want 137", code)
+	}
+	// Descendants die with the command (the namespace ends with its init).
+	out, code := runIn(t, h, codexWorkspaceWrite(ws), ws, `(sleep 30; echo leaked) & echo started`)
+	if code != 0 || strings.Contains(out, "leaked") {
+		t.Errorf("orphan: exit %d %q", code, out)
+	}
+}
+
+// TestNamespacePTY: the command's terminal is its own devpts instance's
+// /dev/pts/0, with the size set by the daemon, and other terminals absent.
+func TestNamespacePTY(t *testing.T) {
+	h := nsHost(t)
+	ws := t.TempDir()
+	master, slave, devpts, ok, err := h.OpenPTY(30, 100)
+	if err != nil || !ok {
+		t.Fatalf("OpenPTY: %v %v", ok, err)
+	}
+	defer master.Close()
+	proc, err := Start(h, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", `tty; stty size; ls /dev/pts | tr '\n' ' '; echo; read x; stty size`}, Policy: codexWorkspaceWrite(ws), DevPts: devpts},
+		&os.ProcAttr{Dir: ws, Files: []*os.File{slave, slave, slave}, Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true}})
+	slave.Close()
+	devpts.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	buf := make([]byte, 256)
+	for !strings.Contains(string(out), "ptmx \r\n") { // bounded: the command ends
+		n, err := master.Read(buf)
+		out = append(out, buf[:n]...)
+		if err != nil {
+			t.Fatalf("before the resize: %q %v", out, err)
+		}
+	}
+	_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 120})
+	if _, err := master.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := master.Read(buf)
+		out = append(out, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	st, _ := proc.Wait()
+	got := strings.ReplaceAll(string(out), "\r", "")
+	if st.ExitCode() != 0 || !strings.Contains(got, "/dev/pts/0\n30 100\n0 ptmx \ngo\n40 120\n") {
+		t.Errorf("exit %d, output %q", st.ExitCode(), got)
+	}
+}
+
+// TestNamespaceCallersNetNS: the managed network's hook. A caller makes
+// the network namespace first and listens inside it (the proxy); the
+// command, started in it with the network enabled (what a managed network
+// allows goes through the proxy), reaches that listener on 127.0.0.1 and
+// not the host's loopback, and the host cannot reach the proxy's port.
+func TestNamespaceCallersNetNS(t *testing.T) {
+	h := nsHost(t)
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("python3 not found: the command's connect needs it")
+	}
+	n, err := NewNetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	var ln net.Listener
+	if err := n.Do(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	hostLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostLn.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b := make([]byte, 16)
+		k, _ := c.Read(b)
+		c.Close()
+		got <- string(b[:k])
+	}()
+	if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+		c.Close()
+		t.Fatalf("the host reached the listener inside the caller's namespace")
+	}
+	ws := t.TempDir()
+	p := codexWorkspaceWrite(ws)
+	p.Network = true
+	script := `import socket,sys
+c=socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.send(b"hello"); c.close()
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2); print("HOST-REACHED")
+except OSError as e:
+    print("host-refused", e)`
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	proc, err := Start(h, Plan{Path: "/usr/bin/python3", Argv: []string{"python3", "-c", script, fmt.Sprint(port), fmt.Sprint(hostLn.Addr().(*net.TCPAddr).Port)},
+		Policy: p, NetNS: n}, &os.ProcAttr{Dir: ws, Files: []*os.File{nil, w, w}})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(r)
+	st, _ := proc.Wait()
+	select {
+	case s := <-got:
+		if s != "hello" || st.ExitCode() != 0 || !strings.Contains(string(out), "host-refused") {
+			t.Errorf("the listener got %q; the command exited %d: %s", s, st.ExitCode(), out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the command did not reach the listener: exit %d, %s", st.ExitCode(), out)
+	}
+}
+
+// TestNamespacePTYJobControl: job control on the command's own terminal
+// works as without namespaces: bash (set -m) puts a job in the foreground
+// of the terminal, ^Z from the terminal stops it (SIGTSTP to the
+// foreground process group, through the kernel's tty layer), and bash sees
+// it stopped.
+func TestNamespacePTYJobControl(t *testing.T) {
+	h := nsHost(t)
+	ws := t.TempDir()
+	master, slave, devpts, ok, err := h.OpenPTY(24, 80)
+	if err != nil || !ok {
+		t.Fatalf("OpenPTY: %v %v", ok, err)
+	}
+	defer master.Close()
+	proc, err := Start(h, Plan{Path: "/bin/bash", Argv: []string{"bash", "-c", `set -m; echo ready; sleep 30; echo "after $?"; jobs; kill -9 %1; echo done-jc`},
+		Env: []string{"PATH=/usr/bin:/bin"}, Policy: codexWorkspaceWrite(ws), DevPts: devpts},
+		&os.ProcAttr{Dir: ws, Files: []*os.File{slave, slave, slave}, Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true}})
+	slave.Close()
+	devpts.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan string, 1)
+	go func() {
+		var b []byte
+		buf := make([]byte, 256)
+		for {
+			n, err := master.Read(buf)
+			b = append(b, buf[:n]...)
+			if err != nil {
+				out <- string(b)
+				return
+			}
+		}
+	}()
+	// ^Z until the job is stopped (the first may come before the job is
+	// the terminal's foreground group); bounded by the sleep's 30 s.
+	done := make(chan struct{})
+	go func() {
+		st, _ := proc.Wait()
+		_ = st
+		close(done)
+	}()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case <-tick.C:
+			_, _ = master.Write([]byte{0x1a})
+		}
+	}
+	got := strings.ReplaceAll(<-out, "\r", "")
+	if !strings.Contains(got, "after 148") || !strings.Contains(got, "Stopped") || !strings.Contains(got, "done-jc") {
+		t.Errorf("job control on the sandboxed terminal: %q", got)
+	}
+}
