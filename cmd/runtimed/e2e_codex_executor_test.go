@@ -193,14 +193,25 @@ func codexExecutorMCPCase(t *testing.T, h *codexHarness, auth bool) {
 		t.Fatal(err)
 	}
 	var fn, ns string
-	h.run([]modelTurn{
-		// MCP tools are deferred: the model finds them with tool_search (executed by codex).
-		turnOf(sseEvent{"type": "response.output_item.done", "item": map[string]any{
-			"type": "tool_search_call", "call_id": "mcp-search", "execution": "client", "status": "completed",
+	// Codex lists an MCP server's tools in the background: on a loaded machine its first
+	// tool_search can run before the list arrived. The model searches again (at most
+	// mcpSearches times) before it gives up, as a real model would.
+	const mcpSearches = 4
+	searches, lastSearch := 1, "mcp-search-1"
+	search := func(callID string) sseEvent {
+		return sseEvent{"type": "response.output_item.done", "item": map[string]any{
+			"type": "tool_search_call", "call_id": callID, "execution": "client", "status": "completed",
 			"arguments": map[string]any{"query": mcpToolName},
-		}}),
-		func(req *modelRequest) []sseEvent {
-			if fn, ns = searchedTool(req, "mcp-search", server); fn == "" {
+		}}
+	}
+	afterSearch := func(req *modelRequest) []sseEvent {
+		if fn == "" {
+			if fn, ns = searchedTool(req, lastSearch, server); fn == "" {
+				if searches < mcpSearches {
+					searches++
+					lastSearch = fmt.Sprintf("mcp-search-%d", searches)
+					return []sseEvent{search(lastSearch)}
+				}
 				return []sseEvent{evMessage("no executor MCP tool found")}
 			}
 			ev := evFunctionCall("mcp-call", fn, map[string]any{})
@@ -208,9 +219,14 @@ func codexExecutorMCPCase(t *testing.T, h *codexHarness, auth bool) {
 				ev["item"].(map[string]any)["namespace"] = ns
 			}
 			return []sseEvent{ev}
-		},
-		finalMessage("done"),
-	}, "--dangerously-bypass-approvals-and-sandbox")
+		}
+		return []sseEvent{evMessage("done")}
+	}
+	script := []modelTurn{turnOf(search(lastSearch))}
+	for i := 0; i < mcpSearches; i++ {
+		script = append(script, afterSearch)
+	}
+	h.run(append(script, finalMessage("done")), "--dangerously-bypass-approvals-and-sandbox")
 
 	calls, auths := mcp.seen()
 	reads := h.tap.callsOf("environmentConfig/read")
