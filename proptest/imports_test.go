@@ -137,7 +137,7 @@ func TestImportLayering(t *testing.T) {
 var osMechanism = map[string]bool{
 	"actors/sandbox": true, "actors/contain": true, "actors/hostenv": true, "actors/httpreq": true,
 	"actors/netproxy": true,
-	"actors/osproc": true, "actors/osproc/osproctest": true, "actors/clock": true, "actors/clock/clocktest": true,
+	"actors/osproc":   true, "actors/osproc/osproctest": true, "actors/clock": true, "actors/clock/clocktest": true,
 }
 
 // osMechanismUses are the OS mechanism packages built on others: osproc
