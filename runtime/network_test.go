@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
 	"github.com/runtimed/runtimed/actors"
 	"github.com/runtimed/runtimed/actors/sandbox"
 )
@@ -59,19 +57,7 @@ func TestNetworkPolicyGoAPI(t *testing.T) {
 	defer up.Close()
 	port := up.URL[strings.LastIndexByte(up.URL, ':')+1:]
 	cfg := Config{NetworkDeny: []string{"**.floor.test"}, netPlacer: loopbackPlacer}
-	for _, bc := range []struct {
-		name string
-		make func(t *testing.T) Backend
-	}{
-		{"local", func(t *testing.T) Backend {
-			c := cfg
-			c.Logger = zaptest.NewLogger(t)
-			l := NewLocal(c)
-			t.Cleanup(func() { _ = l.Close() })
-			return l
-		}},
-		{"websocket", func(t *testing.T) Backend { c, _ := newWSBackend(t, cfg, nil); return c }},
-	} {
+	for _, bc := range backendsWith(cfg) {
 		t.Run(bc.name, func(t *testing.T) {
 			b := bc.make(t)
 			ctx := ctxT(t)
@@ -106,19 +92,7 @@ func TestNetworkPolicyGoAPI(t *testing.T) {
 // refused (-32602 naming what is missing), on every transport.
 func TestNetworkPolicyRefusedWithoutPlacer(t *testing.T) {
 	cfg := Config{SandboxLevel: "landlock"}
-	for _, bc := range []struct {
-		name string
-		make func(t *testing.T) Backend
-	}{
-		{"local", func(t *testing.T) Backend {
-			c := cfg
-			c.Logger = zaptest.NewLogger(t)
-			l := NewLocal(c)
-			t.Cleanup(func() { _ = l.Close() })
-			return l
-		}},
-		{"websocket", func(t *testing.T) Backend { c, _ := newWSBackend(t, cfg, nil); return c }},
-	} {
+	for _, bc := range backendsWith(cfg) {
 		t.Run(bc.name, func(t *testing.T) {
 			b := bc.make(t)
 			spec := sh(t, "true")
@@ -200,13 +174,7 @@ sh -c "sh -c 'curl -s -m 5 --noproxy \"*\" -o /dev/null -w grandchild=%{http_cod
 "$PY" -c "$PROBE"
 nsenter --net=/proc/1/ns/net true 2>/dev/null && echo nsenter=joined || echo nsenter=refused
 echo "$HTTP_PROXY"`
-	for _, bc := range []struct {
-		name string
-		make func(t *testing.T) Backend
-	}{
-		{"local", newLocalBackend},
-		{"websocket", func(t *testing.T) Backend { c, _ := newWSBackend(t, Config{}, nil); return c }},
-	} {
+	for _, bc := range backendsWith(Config{}) {
 		t.Run(bc.name, func(t *testing.T) {
 			b := bc.make(t)
 			ctx := ctxT(t)
