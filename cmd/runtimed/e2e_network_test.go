@@ -36,16 +36,11 @@ func TestManagedNetworkOverTheWire(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr transport) {
 		c := session(t, tr)
 		ctx := tctx(t, wait)
-		info, err := call(ctx, c, "environment/info", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var env struct{ Capabilities map[string]bool }
-		_ = json.Unmarshal(info, &env)
-		if !env.Capabilities["runtimedSandboxNamespaces"] {
+		caps, info := capabilitiesOf(t, c)
+		if !caps["runtimedSandboxNamespaces"] {
 			t.Skip("the namespaces level is not enforced here")
 		}
-		if !env.Capabilities["networkProxyLaunch"] || !env.Capabilities["networkProxyReviewDomains"] {
+		if !caps["networkProxyLaunch"] || !caps["networkProxyReviewDomains"] {
 			t.Fatalf("namespaces enforced but the managed network is not advertised: %s", info)
 		}
 		ws := t.TempDir()
@@ -93,4 +88,19 @@ echo "proxy=$HTTP_PROXY active=$CODEX_NETWORK_PROXY_ACTIVE"`
 			t.Errorf("decisions: %d allowed, %d denied; want 1 and 2", allow, deny)
 		}
 	})
+}
+
+// capabilitiesOf asks environment/info and returns its capabilities and
+// the raw answer (for messages).
+func capabilitiesOf(t *testing.T, c *wiretest.Client) (map[string]bool, json.RawMessage) {
+	t.Helper()
+	info, err := call(tctx(t, wait), c, "environment/info", nil)
+	if err != nil {
+		t.Fatalf("environment/info: %v", err)
+	}
+	var env struct{ Capabilities map[string]bool }
+	if err := json.Unmarshal(info, &env); err != nil {
+		t.Fatalf("environment/info: %s: %v", info, err)
+	}
+	return env.Capabilities, info
 }
