@@ -72,3 +72,44 @@ echo "null-bytes:$(head -c 4 /dev/null | wc -c)"`
 		}
 	}
 }
+
+// TestPlanNamespaceNoRedundantMounts: a path whose parent already gives
+// it the same access gets no mount of its own (every mount is made at
+// each start), and one whose parent does not gets exactly one.
+func TestPlanNamespaceNoRedundantMounts(t *testing.T) {
+	ws := t.TempDir()
+	for _, d := range []string{"sub", "ro", filepath.Join("ro", "rw")} {
+		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ops := func(p *Policy) string {
+		t.Helper()
+		np, err := planNamespace(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range np.Mounts {
+			if within(m.Path, ws) && m.Op != opStub { // stubs: the protected names
+				out = append(out, m.Op+" "+strings.TrimPrefix(m.Path, ws))
+			}
+		}
+		return strings.Join(out, ", ")
+	}
+	j := func(s string) string { return filepath.Join(ws, s) }
+	for _, c := range []struct {
+		name  string
+		rules []Rule
+		want  string
+	}{
+		{"write under a writable root", []Rule{{"/", Write}, {ws, Write}}, ""},
+		{"read under a read-only root", []Rule{{"/", Read}, {j("sub"), Read}}, ""},
+		{"write under read", []Rule{{"/", Read}, {ws, Write}}, "rw "},
+		{"read under write under read", []Rule{{"/", Read}, {ws, Write}, {j("ro"), Read}, {j("ro/rw"), Write}}, "rw , ro /ro, rw /ro/rw"},
+	} {
+		if got := ops(&Policy{RestrictFS: true, Rules: c.rules}); got != c.want {
+			t.Errorf("%s: mounts under the workspace %q, want %q", c.name, got, c.want)
+		}
+	}
+}
