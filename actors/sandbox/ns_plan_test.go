@@ -113,3 +113,24 @@ func TestPlanNamespaceNoRedundantMounts(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespaceCgroupNS: the command runs in a cgroup namespace of its
+// own, with and without a pid namespace (with one, the command is forked
+// by the init from another thread than the one that unshared in the
+// helper: unshare(CLONE_NEWCGROUP) moves only the calling thread).
+func TestNamespaceCgroupNS(t *testing.T) {
+	h := nsHost(t)
+	own, err := os.Readlink("/proc/self/ns/cgroup")
+	if err != nil {
+		t.Skipf("no cgroup namespaces: %v", err)
+	}
+	for _, pid := range []PidMode{PidIsolate, PidInherit} {
+		hh := *h
+		hh.PidNamespace = pid
+		ws := t.TempDir()
+		out, code := runIn(t, &hh, codexWorkspaceWrite(ws), ws, `readlink /proc/self/ns/cgroup`)
+		if got := strings.TrimSpace(out); code != 0 || !strings.HasPrefix(got, "cgroup:[") || got == own {
+			t.Errorf("%s: the command's cgroup namespace %q (exit %d), the test's %s: want one of its own", pid, got, code, own)
+		}
+	}
+}
