@@ -66,6 +66,9 @@ type StartRequest struct {
 	Timeout time.Duration // > 0: killed after this long (exit code TimeoutExitCode)
 	// Metadata is kept with the process (process/list).
 	Metadata *Metadata
+	// Who started it (token name, client, session), for process/list and
+	// the audit log; nil: unknown (the Go API).
+	Who *Who
 
 	// Delivery, not checked: Subscriber, if its Out is set, receives live
 	// events from seq 1; Listen > 0 registers a lag-mode listener of that
@@ -235,7 +238,7 @@ func (e *StartError) Wire() *wire.Error {
 // A failure is a *StartError naming the step and field; decoding the
 // request (its JSON, the sandbox's schema) is the front end's and comes
 // before. ctx bounds only the wait for the budget actor.
-func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (StartResult, error) {
+func (s *Supervisor) admit(ctx context.Context, owner Owner, req StartRequest) (StartResult, error) {
 	refuse := func(c Check, field string, err error) (StartResult, error) {
 		return StartResult{}, &StartError{Check: c, Field: field, Err: err}
 	}
@@ -311,7 +314,7 @@ func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (
 	}
 	var mn *ManagedNetwork
 	if ns != nil {
-		mn = &ManagedNetwork{Spec: ns, ProcessID: req.ID, Notify: req.Network.Notify}
+		mn = &ManagedNetwork{Spec: ns, ProcessID: req.ID, Notify: req.Network.Notify, Who: req.Who}
 		if ns.Review {
 			mn.Ask = req.Network.Ask
 		}
@@ -330,7 +333,7 @@ func (s *Supervisor) Start(ctx context.Context, owner Owner, req StartRequest) (
 		cp := req.Subscriber // on the heap only for a start that gets this far
 		sub = &cp
 	}
-	ref, check, err := s.spawnCharged(ctx, id, spec, keep{timeout: req.Timeout, metadata: req.Metadata, network: mn}, sub, live, active)
+	ref, check, err := s.spawnCharged(ctx, id, spec, keep{timeout: req.Timeout, metadata: req.Metadata, network: mn, who: req.Who}, sub, live, active)
 	if err != nil {
 		return refuse(check, "", err)
 	}

@@ -115,6 +115,7 @@ func (c *conn) spawnApp(msg wire.Message) {
 		cap:         capBytes,
 	}
 	req.Subscriber = Subscriber{Out: a.events, Done: c.ctx.Done()}
+	req.Who = c.who()
 	res, err := c.sup.Start(context.Background(), appOwner{c}, req)
 	if err != nil {
 		c.reply(msg.ID, nil, startWireError(err))

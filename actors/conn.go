@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/runtimed/runtimed/actors/audit"
 	"github.com/runtimed/runtimed/actors/fsops"
 	"github.com/runtimed/runtimed/actors/osproc"
 	"github.com/runtimed/runtimed/wire"
@@ -84,6 +85,13 @@ type ConnOptions struct {
 	// MaxMessageBytes is the transport's inbound limit, quoted in the
 	// answer to a message over it (0: wire.DefaultMaxMessageBytes).
 	MaxMessageBytes int
+	// TokenName is the name of the bearer token the connection presented
+	// ("" without auth), Peer its remote address and ConnID the server's
+	// number for it: they go with its session into logs, process/list and
+	// the audit log.
+	TokenName string
+	Peer      string
+	ConnID    uint64
 }
 
 type handshake uint8
@@ -144,6 +152,8 @@ type conn struct {
 	lastSB   sandboxCache        // the last process/start.sandbox, parsed
 	gate     *inboundGate        // the transport's read gate (nil without inbound budgets); its state is the reader's
 	ask      *asker              // pending network/policyRequest, started with the first managed network
+	// clientName is initialize's clientName (owned by the reader).
+	clientName string
 }
 
 // ServeConn runs the connection actor on t until the connection ends or
@@ -157,6 +167,7 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 	}
 	release, err := s.AcquireConnection(ctx)
 	if err != nil {
+		s.auditRefusedConn(&opts, err)
 		refuse(ctx, t, err)
 		return err
 	}
@@ -195,6 +206,7 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 		wire.SetReadGate(t, c.gate)
 		defer s.inboundDone(c.gate.key) // after the waiters: what they did not return
 	}
+	c.auditConn(audit.ConnOpen, nil)
 	// The queue goroutine is started by the reader before the first request
 	// that can produce output from another goroutine (outbound); until then
 	// the reader is the only writer and always finds the write token free.
@@ -234,7 +246,13 @@ func (s *Supervisor) ServeConn(ctx context.Context, t wire.Transport, opts ConnO
 			ttl = s.cfg.DetachTTL
 		}
 		s.DetachSession(context.Background(), c.session, ttl)
+		if ttl == 0 {
+			c.auditConn(audit.SessionEnd, cause)
+		} else {
+			c.auditConn(audit.SessionDetach, cause)
+		}
 	}
+	c.auditConn(audit.ConnClose, cause)
 	c.log.Debug("connection ended", zap.Error(cause))
 	return cause
 }
@@ -456,6 +474,12 @@ func (c *conn) initialize(msg wire.Message) {
 	}
 	c.session = table
 	c.hs = hsInitialized
+	c.clientName = p.ClientName
+	if p.ResumeSessionID != nil && *p.ResumeSessionID != "" {
+		c.auditConn(audit.SessionResume, nil)
+	} else {
+		c.auditConn(audit.SessionCreate, nil)
+	}
 	if c.log.Core().Enabled(zap.DebugLevel) {
 		c.log = c.log.With(zap.String("session_id", table.ID)) // (a logger with fields costs ~1 KiB per connection)
 	}
@@ -497,6 +521,7 @@ func (c *conn) start(msg wire.Message) {
 		req.EnvPolicy = &osproc.EnvPolicy{Inherit: e.Inherit, IgnoreDefaultExcludes: e.IgnoreDefaultExcludes, Exclude: e.Exclude, Set: e.Set, IncludeOnly: e.IncludeOnly}
 	}
 	req.Subscriber = c.subscriber()
+	req.Who = c.who()
 	res, err := c.sup.Start(context.Background(), sessionOwner{c}, req) // as before: a start is not cut short by the connection's end
 	if err != nil {
 		c.reply(msg.ID, nil, startWireError(err))

@@ -75,5 +75,8 @@ func (c *conn) fsRequest(msg wire.Message, w *fsops.Worker) (ok bool) {
 	}
 	c.reply(msg.ID, res, ferr)
 	c.observeRequest(msg.Method, msg.ID, start)
+	if ferr == nil {
+		c.auditFs(msg)
+	}
 	return true
 }

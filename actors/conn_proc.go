@@ -312,7 +312,7 @@ func (c *conn) list(msg wire.Message) {
 		if err != nil {
 			continue
 		}
-		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Limit: info.Limit, Metadata: wireMetadata(ref.Metadata())}
+		wi := wire.ProcessInfo{ProcessID: info.ID, PID: info.Pid, Argv: info.Argv, TTY: info.TTY, State: info.State.String(), NextSeq: info.NextSeq, Limit: info.Limit, Metadata: wireMetadata(ref.Metadata()), TokenName: ref.TokenName()}
 		if info.State >= StateExited {
 			code, sig := info.ExitCode, info.ExitSignal
 			wi.ExitCode, wi.ExitSignal = &code, &sig

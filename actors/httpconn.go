@@ -83,6 +83,7 @@ func (c *conn) httpRequest(msg wire.Message) {
 		c.reply(msg.ID, nil, werr)
 		return
 	}
+	c.auditHTTP(p.Method, p.URL)
 	req := httpreq.Request{Method: p.Method, URL: p.URL, Body: p.BodyBase64, StopRedirects: stop}
 	for _, h := range p.Headers {
 		req.Headers = append(req.Headers, httpreq.Header{Name: h.Name, Value: h.Value, ValueEnvVar: h.ValueEnvVar})

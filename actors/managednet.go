@@ -71,6 +71,8 @@ type NetPlacer func(socks bool) (*NetListeners, error)
 type ManagedNetwork struct {
 	Spec      *NetworkSpec
 	ProcessID string
+	// Who started the process (the audit log's network.decision); nil: unknown.
+	Who *Who
 	// Notify receives each decision on the process's forwarder goroutine
 	// (it may block; the queue before it is bounded).
 	Notify func(netproxy.Event)
@@ -233,6 +235,7 @@ func (s *Supervisor) startProxies(mn *ManagedNetwork, ls *NetListeners) (*netRun
 			decision = "allow"
 		}
 		s.metrics.NetworkDecision(decision, e.Source)
+		s.auditNetwork(mn, e, decision)
 		// Denials at info, allows at debug; a command that is refused in a
 		// loop cannot flood the log: after netLogBurst denials only every
 		// netLogEvery-th is logged at info (with the count), the rest at debug.

@@ -167,6 +167,7 @@ type ProcConfig struct {
 	Clock Clock
 
 	metrics Metrics // set by NewSupervisor from Config.Metrics; never nil there
+	audit   Auditor // set by NewSupervisor from Config.Audit; nil: none
 	// resumeHold is how long the backlog after a resume stays unread for
 	// the client to catch up (set by NewSupervisor from Config.DetachTTL;
 	// 0: not held).
@@ -185,6 +186,7 @@ type ProcessRef struct {
 	closedC <-chan struct{}
 	final   *finalState
 	meta    *Metadata // set by the supervisor before the ref is shared
+	who     *Who      // likewise (audit.go): who started it
 }
 
 // finalState: exitCode and limit are written by the process actor before
@@ -416,14 +418,19 @@ func (r *ProcessRef) discard(ctx context.Context, why reason) error {
 // the methods documented on Session. final is written by run and read by
 // ProcessRef after closedC is closed (see finalState).
 type process struct {
-	id    string
-	argv  []string
-	tty   bool
-	pid   int
-	sess  osproc.Session
-	cfg   ProcConfig
-	clock Clock
-	log   *zap.Logger
+	id   string
+	argv []string
+	tty  bool
+	pid  int
+	// Audit (auditing.go): who started it, when (set before run starts,
+	// immutable), and the output bytes read (owned by run).
+	who       *Who
+	startedAt time.Time
+	bytesOut  int64
+	sess      osproc.Session
+	cfg       ProcConfig
+	clock     Clock
+	log       *zap.Logger
 	// observe, if set (tests only, before run starts), sees every
 	// transition asked for and whether it was legal.
 	observe func(from, to phase, why reason, ok bool)

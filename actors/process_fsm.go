@@ -305,6 +305,7 @@ func (p *process) numberExit() {
 	p.exitCode, p.exitSignal = code, p.heldSignal
 	p.limit = p.sess.Limit(code)
 	p.cfg.metrics.ProcessExited(EndReason(p.limit, p.timedOut, to == phaseDraining))
+	p.auditExit(code)
 	p.exitSeq = p.nextSeq
 	p.nextSeq++
 	p.log.Debug("process exited", zap.Int("exit_code", code), zap.String("limit", p.limit))

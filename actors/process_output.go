@@ -38,6 +38,7 @@ func (p *process) handleFact(f fact) {
 			p.cfg.metrics.Evicted(n, before+len(f.data)-p.ring.Bytes())
 		}
 		p.cfg.metrics.OutputBytes(f.stream, len(f.data))
+		p.bytesOut += int64(len(f.data))
 		p.publish(Event{ProcessID: p.id, Kind: EventOutput, Seq: seq, Stream: f.stream, Data: f.data})
 		p.wakePolls()
 	case streamEndedMsg:

@@ -21,4 +21,5 @@ type keep struct {
 	timeout  time.Duration   // > 0: killed after this long
 	metadata *Metadata       // ProcessRef.Metadata
 	network  *ManagedNetwork // started before the child (managednet.go); nil: none
+	who      *Who            // ProcessRef.TokenName, the audit log
 }

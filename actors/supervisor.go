@@ -74,6 +74,10 @@ type Config struct {
 	Clock Clock
 	// Metrics receives measurements (nil: none are taken).
 	Metrics Metrics
+	// Audit receives audit events (nil: none are raised).
+	Audit Auditor
+	// Watch learns of every process started through Start (nil: none).
+	Watch Watcher
 }
 
 // HTTPConfig configures http/request.
@@ -92,6 +96,7 @@ type Supervisor struct {
 	cfg     Config
 	log     *zap.Logger
 	metrics Metrics // never nil
+	audit   Auditor // never nil
 
 	stopOnce, killOnce sync.Once
 	stopCh, killCh     chan struct{} // closed once by Stop/Kill (their only owner)
@@ -114,11 +119,16 @@ func NewSupervisor(cfg Config) *Supervisor {
 	}
 	cfg.Metrics = metricsOrNop(cfg.Metrics)
 	cfg.Proc.metrics = cfg.Metrics
+	if cfg.Audit == nil {
+		cfg.Audit = nopAuditor{}
+	}
+	cfg.Proc.audit = cfg.Audit
 	cfg.Proc.resumeHold = cfg.DetachTTL
 	s := &Supervisor{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		metrics: cfg.Metrics,
+		audit:   cfg.Audit,
 		stopCh:  make(chan struct{}),
 		killCh:  make(chan struct{}),
 	}
@@ -229,6 +239,7 @@ func (s *Supervisor) spawn(id string, argv []string, tty bool, sess osproc.Sessi
 	log := s.log.Named("proc").WithLazy(zap.String("process_id", id), zap.Int("pid", sess.Pid())) // fields encoded only if it logs
 	p, ref := newProcess(id, argv, tty, sess, s.cfg.Proc, log, sub)
 	ref.meta = k.metadata // immutable from here: set before any goroutine sees ref
+	ref.who, p.who, p.startedAt = k.who, k.who, time.Now()
 	if listener != nil {
 		p.listeners = append(p.listeners, listener) // before run starts: its goroutine owns it from then on
 	}

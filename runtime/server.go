@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"net"
 	"net/http"
@@ -113,6 +112,16 @@ type Config struct {
 	// AuthToken, if set, is required as "Authorization: Bearer <token>" on
 	// every websocket upgrade (no control characters); empty: none is.
 	AuthToken string
+	// Tokens, if set, names the tokens clients may present (runtimed
+	// serve --auth-token-file, reloaded on SIGHUP); it takes precedence
+	// over AuthToken. The token's name goes with the connection's session
+	// into logs, metrics, process/list (tokenName) and the audit log.
+	Tokens TokenSource
+	// Audit, if set, receives audit events (runtimed serve --audit-log).
+	Audit Auditor
+	// Watch, if set, learns of every process a client starts (the web
+	// console, runtimed serve --console-listen).
+	Watch Watcher
 	// AllowedOrigins lists Origin header values that may connect (none
 	// empty). Any other request carrying an Origin header is refused with
 	// 403; nil: every request with an Origin is.
@@ -237,6 +246,9 @@ type Server struct {
 	iso     *isolation     // the sandbox host and cgroup manager, released after the supervisor stops
 	svcs    *services      // the supervised services, nil without Config.Services
 	metrics *serverMetrics // nil when Config.Metrics is off
+	tokens  TokenSource    // nil: no auth (identity.go)
+	audit   Auditor        // never nil
+	byToken *tokenCounter  // nil when Config.Metrics is off
 
 	initErr error          // a configuration error: Serve and ServeTransport return it
 	budgets actors.Budgets // resolved at NewServer
@@ -270,11 +282,24 @@ func NewServer(cfg Config) *Server {
 	}
 	scfg.Services = svcs.list
 	var metrics *serverMetrics
+	var byToken *tokenCounter
 	if cfg.Metrics {
 		metrics = newServerMetrics()
 		scfg.Metrics = metrics
+		byToken = newTokenCounter(metrics.reg)
+	}
+	scfg.Watch = cfg.Watch
+	var aud Auditor = nopAudit{}
+	if cfg.Audit != nil {
+		aud, scfg.Audit = cfg.Audit, cfg.Audit
+		if metrics != nil {
+			registerAuditMetrics(metrics.reg, cfg.Audit)
+		}
 	}
 	return &Server{
+		tokens:    cfg.tokenSource(),
+		audit:     aud,
+		byToken:   byToken,
 		svcs:      svcs,
 		metrics:   metrics,
 		cfg:       cfg,
@@ -304,7 +329,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.serveHealth(w, r) {
 		return
 	}
-	if s.cfg.AuthToken != "" && !s.authorized(r) {
+	name, ok := s.identify(r)
+	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="runtimed"`)
 		http.Error(w, "missing or invalid bearer token", http.StatusUnauthorized)
 		return
@@ -318,7 +344,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug("websocket accept failed", zap.Error(err))
 		return
 	}
-	go func() { _ = s.ServeTransport(t, true) }()
+	go func() { _ = s.serveTransport(t, true, connIdentity{token: name, peer: r.RemoteAddr}) }()
 }
 
 func (s *Server) originAllowed(origin string) bool {
@@ -328,17 +354,6 @@ func (s *Server) originAllowed(origin string) bool {
 		}
 	}
 	return false
-}
-
-// authorized checks "Authorization: Bearer <token>"; the scheme is
-// case-insensitive (RFC 9110 section 11.1), spaces after it are skipped.
-func (s *Server) authorized(r *http.Request) bool {
-	scheme, tok, ok := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	tok = strings.TrimLeft(tok, " ")
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AuthToken)) == 1
 }
 
 func (s *Server) isClosing() bool {
@@ -372,6 +387,10 @@ func (s *Server) Serve(l net.Listener) error {
 // With resumable, a dropped connection detaches its session for the detach
 // TTL (websocket); otherwise its end terminates its processes (stdio).
 func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
+	return s.serveTransport(t, resumable, connIdentity{peer: "stdio"})
+}
+
+func (s *Server) serveTransport(t wire.Transport, resumable bool, id connIdentity) error {
 	if s.initErr != nil {
 		t.Close()
 		return s.initErr
@@ -386,7 +405,13 @@ func (s *Server) ServeTransport(t wire.Transport, resumable bool) error {
 	s.mu.Unlock()
 	defer s.conns.Done()
 	defer s.metrics.connOpened(t)()
-	return s.sup.ServeConn(s.ctx, t, actors.ConnOptions{Resumable: resumable, Logger: s.log.Named("conn"), MaxMessageBytes: s.cfg.MaxMessageBytes})
+	s.byToken.inc(id.token)
+	log := s.log.Named("conn")
+	if id.token != "" {
+		log = log.With(zap.String("token", id.token))
+	}
+	return s.sup.ServeConn(s.ctx, t, actors.ConnOptions{Resumable: resumable, Logger: log, MaxMessageBytes: s.cfg.MaxMessageBytes,
+		TokenName: id.token, Peer: id.peer, ConnID: connSeq.Add(1)})
 }
 
 // Shutdown stops the server gracefully on every transport: it stops

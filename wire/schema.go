@@ -243,6 +243,9 @@ type ProcessInfo struct {
 	Limit      string   `json:"limit,omitempty"` // (ext) the resource limit that ended it
 	// Metadata is process/start's metadata, or null.
 	Metadata *ProcessMetadata `json:"metadata"`
+	// TokenName (ext) is the name of the bearer token the process was
+	// started with (--auth-token-file); omitted without one.
+	TokenName string `json:"tokenName,omitempty"`
 }
 
 // ListResult is the result of process/list.

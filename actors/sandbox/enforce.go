@@ -49,6 +49,23 @@ func (ps *pins) pinned(path string, want fileID) (int, string, error) {
 	return fd, fmt.Sprintf("/proc/self/fd/%d", fd), nil
 }
 
+// currentSocket opens the socket at path now, without following a
+// symlink (a host socket's cover: the host may unbind or rebind it while
+// the start runs); ENOTSOCK when something else is there.
+func (ps *pins) currentSocket(path string) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if err != nil {
+		return -1, fmt.Errorf("%s: %w", path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s: %w", path, unix.ENOTSOCK)
+	}
+	*ps = append(*ps, fd)
+	return fd, nil
+}
+
 // applyOverlays makes the mount-level changes in the child's private mount
 // namespace (created by the parent with CLONE_NEWNS for the helper, by
 // unshare on the spawning thread). Nothing propagates back to the host:

@@ -242,6 +242,10 @@ type Launch struct {
 	statusR *os.File
 }
 
+// afterNamespacePlan, when set (by tests only), runs between the namespace
+// plan and the helper's start: the window in which the host may change.
+var afterNamespacePlan func()
+
 // NewLaunch checks plan against the host and prepares the pipes.
 func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 	wp := wirePlan{Plan: plan}
@@ -257,6 +261,9 @@ func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 			np, err := planNamespace(plan.Policy)
 			if err != nil {
 				return nil, err
+			}
+			if afterNamespacePlan != nil {
+				afterNamespacePlan()
 			}
 			np.PidNS = h.PidNamespace != PidInherit
 			np.NetNS = !plan.Policy.Network

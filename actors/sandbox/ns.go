@@ -67,6 +67,12 @@ type mountOp struct {
 	Path string `json:"path"`
 	Dir  bool   `json:"dir"`
 	ID   fileID `json:"id"`
+	// Socket marks the cover of a host UNIX socket: the host may remove or
+	// rebind it while the start runs, so a socket gone by then (or replaced
+	// by something that is no socket) is skipped and a socket bound anew
+	// there is covered instead (a changed identity fails every other
+	// operation).
+	Socket bool `json:"socket,omitempty"`
 }
 
 // nsPlan is what the helper builds in the new namespaces.
@@ -189,7 +195,7 @@ func planNamespace(p *Policy) (nsPlan, error) {
 			continue
 		}
 		covered[sock] = true
-		np.Mounts = append(np.Mounts, mountOp{Op: opHide, Path: sock, ID: idOf(st)})
+		np.Mounts = append(np.Mounts, mountOp{Op: opHide, Path: sock, ID: idOf(st), Socket: true})
 	}
 	return np, nil
 }
@@ -334,7 +340,16 @@ func setupMounts(np *nsPlan, scratch string, ps *pins) error {
 		if m.Op == "" {
 			continue
 		}
-		target, _, err := ps.pinned(m.Path, m.ID)
+		var target int
+		var err error
+		if m.Socket {
+			target, err = ps.currentSocket(m.Path)
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTSOCK) {
+				continue // unbound since the plan: nothing left to connect to
+			}
+		} else {
+			target, _, err = ps.pinned(m.Path, m.ID)
+		}
 		if err != nil {
 			return err
 		}

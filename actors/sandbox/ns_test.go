@@ -331,3 +331,55 @@ func TestNamespacePTYJobControl(t *testing.T) {
 		t.Errorf("job control on the sandboxed terminal: %q", got)
 	}
 }
+
+// TestNamespaceHostSocketChurn: the host unbinds one of its UNIX sockets
+// and rebinds another between the plan (which lists them to cover) and the
+// helper's mounts. The start must not fail for it (a busy host binds and
+// removes sockets all the time), and the rebound socket stays out of reach.
+func TestNamespaceHostSocketChurn(t *testing.T) {
+	h := nsHost(t)
+	dir := t.TempDir()
+	gone, rebound := filepath.Join(dir, "gone.sock"), filepath.Join(dir, "rebound.sock")
+	listen := func(path string) *net.UnixListener {
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.SetUnlinkOnClose(true)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	lg, lr := listen(gone), listen(rebound)
+	var lr2 *net.UnixListener
+	afterNamespacePlan = func() {
+		lg.Close() // unbound: nothing is left at the path
+		lr.Close()
+		lr2 = listen(rebound) // bound anew: another inode at the same path
+	}
+	t.Cleanup(func() { afterNamespacePlan = nil })
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3 to connect with")
+	}
+	out, code := runIn(t, h, codexReadOnly(), "/", fmt.Sprintf(
+		`/usr/bin/python3 -c 'import socket,sys
+s=socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); print("CONNECTED")
+except OSError as e:
+    print("REFUSED", type(e).__name__)' %s; test -e %s && echo GONE-PRESENT || echo GONE-ABSENT`, rebound, gone))
+	afterNamespacePlan = nil
+	if lr2 == nil {
+		t.Fatal("the hook did not run: the plan was not made where the test expects")
+	}
+	if code != 0 {
+		t.Fatalf("start after host socket churn: exit %d: %s", code, out)
+	}
+	if !strings.Contains(out, "REFUSED ConnectionRefusedError") && !strings.Contains(out, "REFUSED PermissionError") {
+		t.Errorf("the socket bound anew after the plan was not refused as a covered socket is: %q", out)
+	}
+	_ = lr2.SetDeadline(time.Now())
+	if c, err := lr2.Accept(); err == nil {
+		c.Close()
+		t.Errorf("a sandboxed process connected to the rebound socket")
+	}
+}

@@ -40,7 +40,8 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	maxProcs := fs.Int("max-processes", runtime.DefaultMaxProcesses, "active processes allowed per session (and app-server processes per connection)")
 	maxMessage := fs.Int("max-message-bytes", runtime.DefaultMaxMessageBytes, "largest inbound message")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error (logs go to stderr)")
-	tokenFile := fs.String("auth-token-file", "", "file holding the bearer token every websocket client must send (or set RUNTIMED_AUTH_TOKEN)")
+	tokenFile := fs.String("auth-token-file", "", "file of the bearer tokens websocket clients may send: NAME TOKEN lines, or one bare token (named default); reloaded on SIGHUP (or set RUNTIMED_AUTH_TOKEN)")
+	auditLog := fs.String("audit-log", "", "append the audit log (JSON lines, docs/audit.md) to this file, - for stdout; reopened on SIGHUP")
 	httpRequests := fs.Bool("http-requests", true, "serve http/request: clients may make HTTP requests from this machine's network (false: refused with -32602)")
 	httpMaxBody := fs.Int64("http-max-body-bytes", runtime.DefaultMaxHTTPBodyBytes, "largest buffered http/request response body (streamed bodies are not capped)")
 	codexSystemDir := fs.String("codex-system-dir", "/etc/codex", "the executor's system Codex configuration directory (config.toml, requirements.toml, skills/) for environmentConfig/read and capability discovery; the user's is $CODEX_HOME, else ~/.codex")
@@ -63,6 +64,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	containment := fs.String("containment", "auto", "how process trees are tracked and killed: auto (a cgroup per process where possible, else subreaper), subreaper (the daemon adopts and kills orphaned descendants) or pgroup (process groups only)")
 	stateDirFlag := fs.String("state-dir", "", "where process groups are recorded (subreaper and pgroup containment) so that a daemon started after this one died kills what it left (default: $RUNTIMED_STATE_DIR, $XDG_RUNTIME_DIR/runtimed or /tmp/runtimed-<uid>)")
 	nf := registerNetFlags(fs)
+	nf.console = registerConsoleFlags(fs)
 	var origins, fsRoots, netDeny stringList
 	fs.Var(&fsRoots, "fs-root", "confine the fs/* methods and process/start cwd to this directory (repeatable; default: the whole filesystem)")
 	fs.Var(&netDeny, "network-deny", "a domain pattern (host, *.d, **.d) that no client's managed-network policy can allow (repeatable): the operator's floor")
@@ -72,7 +74,7 @@ Serves the runtimed protocol (docs/PROTOCOL.md). On websocket it prints the
 URL it listens on as the first line of stdout; on stdio, stdout carries the
 protocol. Logs go to stderr. SIGINT or SIGTERM terminates every process
 (SIGTERM, SIGKILL after --shutdown-grace) and exits; SIGHUP reloads the TLS
-pair. Operator's guide: docs/operations.md.`)
+pair, the --auth-token-file tokens and reopens --audit-log. Operator's guide: docs/operations.md.`)
 	if code, done := parseArgs(fs, args); done {
 		return code
 	}
@@ -89,18 +91,11 @@ pair. Operator's guide: docs/operations.md.`)
 	defer log.Sync() //nolint:errcheck
 
 	token := os.Getenv("RUNTIMED_AUTH_TOKEN")
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "runtimed serve: --auth-token-file: %v\n", err)
-			return 2
-		}
-		token = strings.TrimSpace(string(b))
-		if token == "" {
-			fmt.Fprintf(stderr, "runtimed serve: --auth-token-file %s is empty\n", *tokenFile)
-			return 2
-		}
+	idn, code := openIdentity(*tokenFile, *auditLog, *listen, log, stderr)
+	if code != 0 {
+		return code
 	}
+	defer idn.close()
 	cfg := runtime.Config{
 		Logger:              log,
 		DetachTTL:           nonZero(*detachTTL),
@@ -117,6 +112,8 @@ pair. Operator's guide: docs/operations.md.`)
 		RequireSandbox:      *requireSandbox,
 		SandboxLevel:        *sandboxLevel,
 		SandboxPidNamespace: *sandboxPidNS,
+		Tokens:              idn.tokenSource(),
+		Audit:               idn.auditor(),
 		Metrics:             nf.metricsListen != "",
 		NetworkDeny:         netDeny,
 
@@ -136,6 +133,7 @@ pair. Operator's guide: docs/operations.md.`)
 		SlowConsumerTimeout: nonZero(*slowConsumer),
 		StateDir:            *stateDirFlag,
 	}
+	nf.console.setup(&cfg, idn, log)
 	if *supervise != "" {
 		svcs, err := runtime.LoadServices(*supervise)
 		if err != nil {
@@ -181,9 +179,14 @@ pair. Operator's guide: docs/operations.md.`)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	defer idn.reloadOnHUP(ctx, log)()
 
 	switch {
 	case *listen == "stdio" || *listen == "stdio://":
+		if nf.console.listen != "" {
+			fmt.Fprintln(stderr, "runtimed serve: --console-listen applies to a websocket --listen, not stdio")
+			return 2
+		}
 		if msg := nf.check(nil, false, false, true); msg != "" {
 			fmt.Fprintln(stderr, "runtimed serve:", msg)
 			return 2
@@ -219,7 +222,7 @@ func serveWS(ctx context.Context, cfg runtime.Config, listen string, nf *netFlag
 		return 2
 	}
 	secure := strings.HasPrefix(listen, "wss://")
-	if msg := nf.check(addr.IP, secure, cfg.AuthToken != "", false); msg != "" {
+	if msg := nf.check(addr.IP, secure, cfg.AuthToken != "" || cfg.Tokens != nil, false); msg != "" {
 		fmt.Fprintln(stderr, "runtimed serve:", msg)
 		return 2
 	}
@@ -258,6 +261,14 @@ func serveWS(ctx context.Context, cfg runtime.Config, listen string, nf *netFlag
 		return 2
 	}
 	defer obs.close()
+	stopConsole, err := nf.console.start(tlsConfig, cfg.AuthToken != "" || cfg.Tokens != nil, nf.insecureListen, stdout, stderr, log)
+	if err != nil {
+		_ = l.Close()
+		_ = srv.Close()
+		fmt.Fprintf(stderr, "runtimed serve: %v\n", err)
+		return 2
+	}
+	defer stopConsole()
 	var ln net.Listener = l
 	url := "ws://" + l.Addr().String()
 	if secure {
@@ -265,7 +276,7 @@ func serveWS(ctx context.Context, cfg runtime.Config, listen string, nf *netFlag
 		url = "wss://" + l.Addr().String()
 	}
 	fmt.Fprintln(stdout, url)
-	log.Info("listening", zap.String("url", url), zap.Bool("auth", cfg.AuthToken != ""), zap.Bool("tls", secure))
+	log.Info("listening", zap.String("url", url), zap.Bool("auth", cfg.AuthToken != "" || cfg.Tokens != nil), zap.Bool("tls", secure))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

@@ -25,6 +25,7 @@ type netFlags struct {
 	insecureListen  bool
 	metricsListen   string
 	pprof           bool
+	console         *consoleFlags // serve_console.go
 }
 
 func registerNetFlags(fs *flag.FlagSet) *netFlags {

@@ -174,9 +174,9 @@ func (s *Scene) Script(fd int) string {
 		`o aws sh -c 'echo stolen >> .aws/credentials'`,
 		`echo "PS-COUNT:$(ps -e -o pid= | wc -l)"`,
 		fmt.Sprintf(`echo "IPC-SEEN:$(ipcs -m 2>/dev/null | grep -ci 0x%08x)"`, s.ipcKey),
-		// This scene's own marker: another run's (a concurrent test on the
-		// same host) would be counted otherwise.
-		fmt.Sprintf(`echo "PS-MARKER:$(ps -e -o args= | grep -c '[%c]%s')"`, s.Marker[0], s.Marker[1:]),
+		// This scene's own marker: scenes of other tests (other packages run at
+		// the same time) start markers of their own.
+		fmt.Sprintf(`echo "PS-MARKER:$(ps -e -o args= | grep -c '[r]%s')"`, s.Marker[1:]),
 		`o comm sh -c 'echo renamed > /proc/self/comm'`,
 		`o oom sh -c 'echo 500 > /proc/self/oom_score_adj'`,
 	}
