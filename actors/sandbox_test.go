@@ -504,12 +504,31 @@ for f in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/*/cgroup.procs; do [ -e "$f"
 for f in $(find /sys/fs/cgroup -maxdepth 6 \( -name pids.max -o -name memory.max -o -name memory.limit_in_bytes \) 2>/dev/null); do (echo max > "$f") 2>/dev/null && raised=$((raised+1)); (echo -1 > "$f") 2>/dev/null && raised=$((raised+1)); done
 (mount -o remount,rw /sys/fs/cgroup/pids) 2>/dev/null && echo REMOUNTED
 echo "moved=$moved raised=$raised"
+grep '^CapBnd:' /proc/self/status
 grep -c ':/$' /proc/self/cgroup | sed 's/^/own-root-lines=/'
 grep -vc ':/$' /proc/self/cgroup | sed 's/^/other-lines=/'
 n=0; for i in $(seq 60); do (sleep 2) 2>/dev/null & done; wait; echo forked`
 	r := runConfined(t, sup, t.TempDir(), nil, contain.Limits{Pids: 20, MemoryBytes: 256 << 20}, script)
 	if !strings.Contains(r.out, "moved=0 raised=0") || strings.Contains(r.out, "REMOUNTED") {
 		t.Errorf("a limited tree lifted its limits: %q", r.out)
+	}
+	// The capabilities that could undo the lock are out of the bounding
+	// set (CAP_SYS_ADMIN could bind-remount the cgroup file systems
+	// writable or mount them again; the others are listed in limits.go).
+	var bnd uint64
+	if i := strings.Index(r.out, "CapBnd:"); i < 0 {
+		t.Errorf("no CapBnd line: %q", r.out)
+	} else if _, err := fmt.Sscanf(r.out[i+len("CapBnd:"):], "%x", &bnd); err != nil {
+		t.Errorf("CapBnd: %v in %q", err, r.out)
+	} else {
+		for name, bit := range map[string]uint{"CAP_SYS_ADMIN": 21, "CAP_SYS_PTRACE": 19, "CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_RESOURCE": 24} {
+			if bnd&(1<<bit) != 0 {
+				t.Errorf("%s still in the bounding set of a limited tree (CapBnd %x)", name, bnd)
+			}
+		}
+		if bnd&(1<<0) == 0 { // CAP_CHOWN: root keeps what is not listed
+			t.Errorf("CapBnd %x: more than the listed capabilities were dropped", bnd)
+		}
 	}
 	if !strings.Contains(r.out, "other-lines=0") {
 		t.Errorf("the tree sees cgroups outside its own (no cgroup namespace): %q", r.out)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -27,6 +28,12 @@ func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal) helperStatus 
 				stage = "network"
 				return
 			}
+		}
+		// unshare(CLONE_NEWCGROUP) in nsMain moved only the thread that
+		// made it; the command is forked from this one.
+		if err = unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			stage, err = "namespaces", fmt.Errorf("unshare(CLONE_NEWCGROUP): %w", err)
+			return
 		}
 		if err = dropCapabilities(); err != nil {
 			stage = "capabilities"
