@@ -85,9 +85,10 @@
 //
 // A start with a managed network (StartRequest.Network, process/start's
 // networkProxy) gets its own netproxy proxies before the child starts
-// (managednet.go): Config.NetPlacer places their listeners (nil on every host
-// until the sandbox can keep a command inside the namespace they are
-// placed in: such starts are refused), the child's environment names
+// (managednet.go): Config.NetPlacer places their listeners (HostPlacer: in
+// the command's own empty network namespace, which the sandbox helper
+// starts it in; the host sets it only where the namespaces level is
+// enforced, and nil refuses such starts), the child's environment names
 // them, and the child's waiter closes them right after the exit, before
 // the exit is reported. Each decision is counted ([Metrics.NetworkDecision]),
 // logged with the process id, and handed to a forwarder goroutine per

@@ -10,9 +10,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/runtimed/runtimed/actors/netns"
 	"github.com/runtimed/runtimed/actors/netproxy"
 	"github.com/runtimed/runtimed/actors/osproc"
+	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
 // A managed network (PROTOCOL.md section 7.5) is one command's HTTP and
@@ -32,31 +32,52 @@ type NetListeners struct {
 	// NS, if set, is the network namespace the listeners were opened in
 	// and the command must run in (its only way out is then the proxies);
 	// it is closed with the proxies.
-	NS *netns.NS
+	NS *sandbox.NetNS
 }
 
 // NamespacePlacer places a command's proxy listeners on 127.0.0.1 of a
-// new, empty network namespace (NetListeners.NS). The command must then
-// be started inside that namespace and kept from leaving it, which is the
-// sandbox's part: until the sandbox joins its helper to NS (and denies
-// setns), no host sets Config.NetPlacer, and managed networks are refused.
-func NamespacePlacer(socks bool) (*NetListeners, error) {
-	ns, err := netns.New()
+// new, empty network namespace (sandbox.NewNetNS; NetListeners.NS). The
+// sandbox's helper starts the command in that namespace (Plan.NetNS) and
+// its seccomp filter refuses setns, so the listeners are the command's
+// only way out; only the namespaces level does that, so a host sets
+// Config.NetPlacer to this only where that level is enforced. (TCP on
+// loopback, not an abstract socket: Landlock scopes abstract sockets to
+// the sandbox's domain, so a proxy bound from outside could not be
+// reached.)
+func NamespacePlacer(socks bool) (*NetListeners, error) { return placeIn(sandbox.NewNetNS, socks) }
+
+// HostPlacer is NamespacePlacer taking h's namespace made ahead when one
+// is ready (Host.NetNS), which keeps the namespace's creation off the
+// start's path.
+func HostPlacer(h *sandbox.Host) NetPlacer {
+	return func(socks bool) (*NetListeners, error) { return placeIn(h.NetNS, socks) }
+}
+
+func placeIn(newNS func() (*sandbox.NetNS, error), socks bool) (*NetListeners, error) {
+	ns, err := newNS()
 	if err != nil {
 		return nil, err
 	}
 	ls := &NetListeners{NS: ns}
-	if ls.HTTP, err = ns.Listen("tcp", "127.0.0.1:0"); err != nil {
+	err = ns.Do(func() error {
+		var err error
+		if ls.HTTP, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return err
+		}
+		if socks {
+			if ls.SOCKS, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				ls.HTTP.Close()
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		ns.Close()
 		return nil, err
 	}
 	ls.HTTPAddr = ls.HTTP.Addr().String()
-	if socks {
-		if ls.SOCKS, err = ns.Listen("tcp", "127.0.0.1:0"); err != nil {
-			ls.HTTP.Close()
-			ns.Close()
-			return nil, err
-		}
+	if ls.SOCKS != nil {
 		ls.SOCKSAddr = ls.SOCKS.Addr().String()
 	}
 	return ls, nil
@@ -136,6 +157,20 @@ func (s *Supervisor) startNetworked(spec Spec, mn *ManagedNetwork) (osproc.Sessi
 		return nil, &NetworkProxyError{err}
 	}
 	spec.Env = netproxy.MergeEnv(spec.Env, netproxy.Env(ls.HTTPAddr, ls.SOCKSAddr, mn.Spec.AllowLocalBinds))
+	if ls.NS != nil {
+		// The namespace is the boundary: inside it the command may open
+		// inet sockets (its only peers are the proxies on loopback), so
+		// the policy's own network cut is lifted for this start only. No
+		// policy (an unsandboxed start): the namespaces level with the
+		// file system unrestricted, so that the command still cannot
+		// leave the namespace.
+		p := sandbox.Policy{}
+		if spec.Sandbox != nil {
+			p = *spec.Sandbox
+		}
+		p.Network = true
+		spec.Sandbox, spec.NetNS = &p, ls.NS
+	}
 	sess, err := s.startOS(spec)
 	if err != nil {
 		n.close()
@@ -147,7 +182,7 @@ func (s *Supervisor) startNetworked(spec Spec, mn *ManagedNetwork) (osproc.Sessi
 // netRun is one command's running proxies.
 type netRun struct {
 	p       *netproxy.Proxy
-	ns      *netns.NS      // nil unless the placer made one
+	ns      *sandbox.NetNS // nil unless the placer made one
 	serving sync.WaitGroup // the Serve goroutines
 	done    chan struct{}  // closed by close: the forwarder drains and ends
 	fwdDone chan struct{}  // closed by the forwarder as it ends

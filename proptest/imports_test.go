@@ -136,8 +136,8 @@ func TestImportLayering(t *testing.T) {
 // no project package but the ones osMechanismUses names.
 var osMechanism = map[string]bool{
 	"actors/sandbox": true, "actors/contain": true, "actors/hostenv": true, "actors/httpreq": true,
-	"actors/netproxy": true, "actors/netns": true,
-	"actors/osproc": true, "actors/osproc/osproctest": true, "actors/clock": true, "actors/clock/clocktest": true,
+	"actors/netproxy": true,
+	"actors/osproc":   true, "actors/osproc/osproctest": true, "actors/clock": true, "actors/clock/clocktest": true,
 }
 
 // osMechanismUses are the OS mechanism packages built on others: osproc

@@ -31,8 +31,11 @@ const (
 // has stopped.
 type isolation struct {
 	osproc.Isolation
-	// net places managed-network proxies (Config.netPlacer: only tests
-	// set one; nil refuses managed networks and keeps the capability off).
+	// net places managed-network proxies: actors.HostPlacer where
+	// the namespaces level is enforced (the command's empty network
+	// namespace is then the proxies' only reach); tests may set
+	// Config.netPlacer. Nil refuses managed networks and keeps the
+	// capabilities networkProxyLaunch and networkProxyReviewDomains off.
 	net  actors.NetPlacer
 	once sync.Once
 }
@@ -59,6 +62,9 @@ func newIsolation(cfg Config) *isolation {
 			log = cfg.Logger.Warn
 		}
 		log("sandbox", zap.String("level", string(h.EnforcedLevel())), zap.String("enforces", h.Summary()))
+		if iso.net == nil && h.EnforcedLevel() == sandbox.LevelNamespaces {
+			iso.net = actors.HostPlacer(h)
+		}
 	}
 	want := contain.ModeCgroup2
 	switch cfg.Containment {

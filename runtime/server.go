@@ -181,10 +181,10 @@ type Config struct {
 	// allow (runtimed serve --network-deny).
 	NetworkDeny []string
 
-	// netPlacer places managed-network proxies (actors.Config.NetPlacer). No
-	// host sets it yet (the sandbox's network namespace will): only this
-	// package's tests do, with an unconfined loopback placer, to exercise
-	// the plumbing.
+	// netPlacer, if set, replaces the managed-network placer the host
+	// picks (actors.HostPlacer where the namespaces level is enforced):
+	// only this package's tests set it, with an unconfined loopback
+	// placer, to exercise the plumbing.
 	netPlacer actors.NetPlacer
 }
 

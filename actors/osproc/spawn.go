@@ -34,6 +34,11 @@ type Spec struct {
 	Sandbox *sandbox.Policy
 	// Limits bound the whole tree (cgroups where possible, else rlimits).
 	Limits contain.Limits
+	// NetNS, if set, is the network namespace the child runs in (the
+	// managed network's, its proxies listening inside); it needs Sandbox
+	// at the namespaces level (else sandbox.ErrNetNSUnsupported). The
+	// caller keeps and closes it.
+	NetNS *sandbox.NetNS
 }
 
 // Isolation is what children are spawned with: the probed sandbox host
@@ -279,13 +284,13 @@ func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 // (a spawning thread or the helper), and with what: a policy, per-process
 // rlimits, or v1 cgroups to join before the command runs.
 func helperPlan(spec Spec, path string, argv []string, g *contain.Group) (sandbox.Plan, bool) {
-	plan := sandbox.Plan{Path: path, Argv: argv, Env: spec.Env, Policy: spec.Sandbox, JoinCgroups: g.JoinFiles()}
+	plan := sandbox.Plan{Path: path, Argv: argv, Env: spec.Env, Policy: spec.Sandbox, JoinCgroups: g.JoinFiles(), NetNS: spec.NetNS}
 	for _, r := range g.Rlimits() {
 		plan.Rlimits = append(plan.Rlimits, sandbox.Rlimit{Resource: r.Resource, Cur: r.Cur, Max: r.Max})
 	}
 	// A tree with limits cannot lift them (see sandbox.Plan.LockLimits).
 	plan.LockLimits = !spec.Limits.IsZero()
-	return plan, plan.Policy != nil || plan.LockLimits || len(plan.Rlimits) > 0 || len(plan.JoinCgroups) > 0
+	return plan, plan.Policy != nil || plan.NetNS != nil || plan.LockLimits || len(plan.Rlimits) > 0 || len(plan.JoinCgroups) > 0
 }
 
 func errUnwrapPath(err error) error {

@@ -1,12 +1,18 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
 )
+
+// ErrNetNSUnsupported: a Plan.NetNS for a start that is not sandboxed at
+// the namespaces level (no policy, or --sandbox-level landlock), which
+// could not keep the command in that namespace.
+var ErrNetNSUnsupported = errors.New("sandbox: a start in a given network namespace needs a policy at the namespaces level")
 
 // NetNS is an empty network namespace (loopback up) made before a start,
 // so that its caller can place listeners inside it (the managed network's
@@ -127,4 +133,19 @@ func (np *netPool) close() {
 	np.ready = nil
 	np.mu.Unlock()
 	n.Close()
+}
+
+// NetNS returns an empty network namespace for a start that places
+// listeners in it first (the managed network's proxies): the one made
+// ahead if it is ready (making one is about a millisecond), else a new
+// one; the next is made in the background. The caller closes it.
+func (h *Host) NetNS() (*NetNS, error) {
+	if h == nil {
+		return NewNetNS()
+	}
+	defer h.nets.refill()
+	if n := h.nets.take(); n != nil {
+		return n, nil
+	}
+	return NewNetNS()
 }

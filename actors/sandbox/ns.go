@@ -597,7 +597,7 @@ func restrictNS(p *Policy, l layers, ps *pins) (string, error) {
 	if err := applyLandlock(p, l, ps); err != nil {
 		return "landlock", err
 	}
-	if err := installFilter(filterSpec{network: p.Network, keyrings: true}); err != nil {
+	if err := installFilter(filterSpec{network: p.Network, keyrings: true, setns: true}); err != nil {
 		return "seccomp", err
 	}
 	return checkCwd(".")

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"github.com/runtimed/runtimed/actors/sandbox/sandboxtest"
 	"golang.org/x/sys/unix"
@@ -329,6 +330,64 @@ func TestNamespacePTYJobControl(t *testing.T) {
 	got := strings.ReplaceAll(<-out, "\r", "")
 	if !strings.Contains(got, "after 148") || !strings.Contains(got, "Stopped") || !strings.Contains(got, "done-jc") {
 		t.Errorf("job control on the sandboxed terminal: %q", got)
+	}
+}
+
+// TestNetNSNeedsNamespacesLevel: a Plan.NetNS the start cannot keep the
+// command in (no policy, or the landlock level) is refused, never run on
+// the host's network.
+func TestNetNSNeedsNamespacesLevel(t *testing.T) {
+	h := nsHost(t)
+	n, err := NewNetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	attr := &os.ProcAttr{Dir: t.TempDir(), Files: []*os.File{nil, nil, nil}}
+	if _, err := Start(h, Plan{Path: "/bin/true", Argv: []string{"true"}, NetNS: n}, attr); !errors.Is(err, ErrNetNSUnsupported) {
+		t.Errorf("no policy: %v", err)
+	}
+	ll := *h
+	ll.Level = LevelLandlock
+	if _, err := Start(&ll, Plan{Path: "/bin/true", Argv: []string{"true"}, Policy: &Policy{Network: true}, NetNS: n}, attr); !errors.Is(err, ErrNetNSUnsupported) {
+		t.Errorf("landlock level: %v", err)
+	}
+}
+
+// TestNamespaceSetnsRefused: the namespaces level's filter refuses
+// setns(2) with EPERM by itself: on a thread that still has
+// CAP_SYS_ADMIN (this root test process), where setns into its own
+// network namespace succeeds without the filter, it fails with it. (Inside
+// a sandbox the dropped capabilities refuse it too; the filter is the
+// second wall, so a capability the command regains does not let it out.)
+func TestNamespaceSetnsRefused(t *testing.T) {
+	nsHost(t)
+	try := func(f filterSpec, install bool) error {
+		var err error
+		onThrowawayThread(func() {
+			fd, oerr := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if oerr != nil {
+				err = oerr
+				return
+			}
+			defer unix.Close(fd)
+			if install {
+				if err = installFilter(f); err != nil {
+					return
+				}
+			}
+			err = unix.Setns(fd, unix.CLONE_NEWNET)
+		})
+		return err
+	}
+	if err := try(filterSpec{}, false); err != nil {
+		t.Skipf("setns into its own namespace fails without a filter here: %v", err)
+	}
+	if err := try(filterSpec{network: true, keyrings: true}, true); err != nil {
+		t.Fatalf("a filter without setns refused it: %v", err)
+	}
+	if err := try(filterSpec{network: true, keyrings: true, setns: true}, true); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("setns under the namespaces level's filter: %v, want EPERM", err)
 	}
 }
 

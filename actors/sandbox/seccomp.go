@@ -14,7 +14,10 @@ import (
 // filter). With keyrings cut (every start of the namespaces level, see
 // ns.go): add_key(2), request_key(2) and keyctl(2) fail with EPERM, so
 // the host's keyrings (the user keyring of the command's uid is reachable
-// by name from any session) are out of reach. Syscalls of a foreign ABI
+// by name from any session) are out of reach; and setns(2) fails with
+// EPERM, so a command (whose network namespace may be the managed
+// network's, inet sockets allowed) cannot join another namespace even
+// where capabilities would let it. Syscalls of a foreign ABI
 // (i386 or x32 on amd64, whose socketcall multiplexes socket creation)
 // fail with EPERM as a whole. Everything else is allowed.
 //
@@ -37,6 +40,7 @@ func bpfJump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
 type filterSpec struct {
 	network  bool // false: only AF_UNIX sockets, no io_uring
 	keyrings bool // true: no keyring syscalls
+	setns    bool // true: no setns(2), so a command cannot leave its namespaces
 }
 
 // networkFilter is the landlock level's filter: the network cut only.
@@ -67,6 +71,9 @@ func buildFilter(f filterSpec) []unix.SockFilter {
 	}
 	if f.keyrings {
 		denied = append(denied, uint32(unix.SYS_ADD_KEY), uint32(unix.SYS_REQUEST_KEY), uint32(unix.SYS_KEYCTL))
+	}
+	if f.setns {
+		denied = append(denied, uint32(unix.SYS_SETNS))
 	}
 	for _, nr := range denied {
 		prog = append(prog, bpfJump(jeq, nr, 0, 1), bpfStmt(ret, deny))

@@ -35,6 +35,11 @@ import (
 // to preempt goroutines).
 func Start(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	SealDescriptors()
+	if plan.NetNS != nil && (plan.Policy == nil || !h.namespaces()) {
+		// Only the namespaces level places a command in a given network
+		// namespace; anything else would run it on the host's network.
+		return nil, ErrNetNSUnsupported
+	}
 	if plan.Policy != nil && h.namespaces() {
 		return startHelper(h, plan, attr)
 	}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -279,12 +280,27 @@ func TestCLIExecAllowDomain(t *testing.T) {
 		{[]string{"--sandbox", "read-only", "--network", "--allow-domain", "pypi.org"}, 2, "--allow-domain and --network exclude each other"},
 		{[]string{"--sandbox", "read-only", "--deny-domain", "pypi.org"}, 2, "need --allow-domain"},
 		{[]string{"--sandbox", "read-only", "--allow-domain", "a.*.org"}, 125, `invalid Spec.Network.Allow[0]: pattern "a.*.org"`},
-		{[]string{"--sandbox", "workspace-write", "--allow-domain", "pypi.org", "--allow-domain", "**.pythonhosted.org"}, 125, "managed network cannot be provided"},
 	} {
 		args := append(append([]string{"exec"}, c.args...), "--", "sh", "-c", "echo ran")
 		out, errOut, code := runCLI(t, "", args...)
 		if code != c.code || !strings.Contains(errOut, c.msg) || out != "" {
 			t.Errorf("%v: code %d, stdout %q, stderr %q; want %d and %q", c.args, code, out, errOut, c.code, c.msg)
 		}
+	}
+	// Enforced where the namespaces level is: the allowed host answers
+	// through the proxy, another gets the proxy's 403, a direct
+	// connection fails.
+	if _, err := exec.LookPath("curl"); err != nil {
+		return
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "up") }))
+	defer up.Close()
+	script := `curl -s -m 10 ` + up.URL + `/; echo; curl -s -m 10 -o /dev/null -w '%{http_code}' http://files.example.org/; echo; curl -s -m 5 --noproxy '*' -o /dev/null -w 'direct=%{http_code}' ` + up.URL + `/`
+	out, errOut, code := runCLI(t, "", "exec", "--sandbox", "workspace-write", "--allow-domain", "127.0.0.1", "--allow-domain", "pypi.org", "--", "sh", "-c", script)
+	if code == 125 && strings.Contains(errOut, "managed network cannot be provided") {
+		t.Skipf("no managed network on this host: %s", errOut)
+	}
+	if code != 7 || out != "up\n403\ndirect=000" { // 7: curl's "failed to connect", of the direct attempt
+		t.Errorf("exec --allow-domain: code %d, stdout %q, stderr %q; want up, 403, direct=000 and exit 7", code, out, errOut)
 	}
 }

@@ -93,17 +93,25 @@ func TestSandboxLevelFlags(t *testing.T) {
 	if _, err := c.Initialize(tctx(t, wait)); err != nil {
 		t.Fatal(err)
 	}
-	info, err := call(tctx(t, wait), c, "environment/info", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var env struct{ Capabilities map[string]bool }
-	if json.Unmarshal(info, &env) != nil || env.Capabilities["runtimedSandboxNamespaces"] {
+	caps, info := capabilitiesOf(t, c)
+	if caps["runtimedSandboxNamespaces"] {
 		t.Errorf("--sandbox-level landlock: capabilities %s", info)
 	}
-	if env.Capabilities["runtimedSandbox"] && !strings.Contains(srv.Stderr(), `"level": "landlock"`) {
+	if caps["runtimedSandbox"] && !strings.Contains(srv.Stderr(), `"level": "landlock"`) {
 		t.Errorf("the start-up log does not name the landlock level:\n%s", srv.Stderr())
 	}
+	// No network namespace confines a command to its proxies at this
+	// level: the managed network is neither advertised nor started.
+	if caps["networkProxyLaunch"] || caps["networkProxyReviewDomains"] {
+		t.Errorf("--sandbox-level landlock advertises a managed network: %s", info)
+	}
+	ws := t.TempDir()
+	_, err := call(tctx(t, wait), c, "process/start", netStartReq{startReq: startReq{StartParams: shProc("mn", ws, "true"),
+		Sandbox: codexWorkspaceWrite(ws, "enabled")}, EnforceManagedNetwork: true,
+		NetworkProxy: map[string]any{"proxy": map[string]any{"enabled": true, "enableSocks5": false, "enableSocks5Udp": false,
+			"allowUpstreamProxy": false, "dangerouslyAllowAllUnixSockets": false, "allowLocalBinding": false, "mode": "full",
+			"domains": map[string]string{"pypi.org": "allow"}}}})
+	wantRPCErrorContains(t, "managed network at the landlock level", err, -32602, "networkProxyLaunch is false", "no network namespace")
 	for _, args := range [][]string{{"--sandbox-level", "bwrap"}, {"--sandbox-pid-namespace", "share"}} {
 		out, err := exec.Command(bin, append([]string{"serve"}, args...)...).CombinedOutput()
 		var ee *exec.ExitError
@@ -143,6 +151,9 @@ func TestSandboxFailsClosedWithoutNamespaces(t *testing.T) {
 			}
 			var env struct{ Capabilities map[string]bool }
 			_ = json.Unmarshal(info, &env)
+			if env.Capabilities["networkProxyLaunch"] || env.Capabilities["networkProxyReviewDomains"] {
+				t.Errorf("a managed network is advertised without the namespaces level: %s", info)
+			}
 			req := startReq{StartParams: wiretest.StartParams{ProcessID: "ro", Argv: []string{"/usr/bin/bash", "-c", "echo ran"},
 				Cwd: "file://" + ws, Env: baseEnv()}, Sandbox: codexReadOnly(ws)}
 			_, err = call(ctx, c, "process/start", req)

@@ -83,6 +83,7 @@ var codexCases = []struct {
 	{"executor_mcp", func(t *testing.T, h *codexHarness) { codexExecutorMCPCase(t, h, false) }},
 	{"executor_mcp_auth", func(t *testing.T, h *codexHarness) { codexExecutorMCPCase(t, h, true) }},
 	{"executor_skill", codexExecutorSkillCase},
+	{"managed_network", codexManagedNetworkCase},
 }
 
 func TestCodexAgent(t *testing.T) {

@@ -32,7 +32,9 @@ var builtCapabilities = map[string]bool{"fsWatchMissing": true, "fileWriteStream
 // hostCapabilities are Codex names whose value depends on what this host enforces: each must equal
 // the runtimed capability named (linuxRootWritePreservesDevices holds wherever sandboxes are enforced,
 // TestSandboxRootWritePreservesDevices).
-var hostCapabilities = map[string]string{"linuxRootWritePreservesDevices": "runtimedSandbox"}
+var hostCapabilities = map[string]string{"linuxRootWritePreservesDevices": "runtimedSandbox",
+	// The managed network needs the namespaces level (the command's own empty network namespace).
+	"networkProxyLaunch": "runtimedSandboxNamespaces", "networkProxyReviewDomains": "runtimedSandboxNamespaces"}
 
 // extCapabilities are runtimed's own names; their values depend on what the
 // host can enforce, and TestCapabilitiesAreTruthful checks them against
