@@ -228,7 +228,7 @@ func underDeny(rules []Rule, path string) bool {
 }
 
 // sortedRules orders rules shallow first; a later duplicate of a path
-// replaces an earlier one (as plan does).
+// replaces an earlier one (plan and the namespace plan both use it).
 func sortedRules(in []Rule) []Rule {
 	rules := append([]Rule(nil), in...)
 	sort.SliceStable(rules, func(i, j int) bool { return depth(rules[i].Path) < depth(rules[j].Path) })

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 )
@@ -131,21 +130,10 @@ func (p *Policy) plan() (layers, error) {
 			return l, fmt.Errorf("%w: path %q is not absolute and clean", ErrUnsupported, r.Path)
 		}
 	}
-	// Shallow first, so every rule sees the effect of its ancestors.
-	sort.SliceStable(rules, func(i, j int) bool { return depth(rules[i].Path) < depth(rules[j].Path) })
-	// Later duplicates of a path replace earlier ones (the most specific
-	// entry wins; among equals, the last).
-	byPath := map[string]int{}
-	var uniq []Rule
-	for _, r := range rules {
-		if i, ok := byPath[r.Path]; ok {
-			uniq[i] = r
-			continue
-		}
-		byPath[r.Path] = len(uniq)
-		uniq = append(uniq, r)
-	}
-	rules = uniq
+	// Shallow first, so every rule sees the effect of its ancestors; later
+	// duplicates of a path replace earlier ones (the most specific entry
+	// wins; among equals, the last).
+	rules = sortedRules(rules)
 	for i, r := range rules {
 		st, err := os.Stat(r.Path)
 		if err != nil {
