@@ -77,17 +77,28 @@ func TestSOCKS5Connect(t *testing.T) {
 		}
 	}
 	// BIND is refused.
-	c2, err := net.Dial("tcp", h.socksAddr)
+	if _, r, err := socksRequest(t, h.socksAddr, []byte{5, 1, 0, 5, 2, 0, 1, 1, 2, 3, 4, 0, 80}); err != nil || r[3] != repCmdUnsupp {
+		t.Fatalf("BIND: %v %v", r, err)
+	}
+}
+
+// socksRequest opens a SOCKS5 connection (no authentication), sends
+// greetingAndRequest and reads the 12 bytes of the method choice and an
+// IPv4 reply; the connection stays open until the test ends.
+func socksRequest(t *testing.T, addr string, greetingAndRequest []byte) (net.Conn, [12]byte, error) {
+	t.Helper()
+	var r [12]byte
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c2.Close()
-	_ = c2.SetDeadline(time.Now().Add(5 * time.Second))
-	c2.Write([]byte{5, 1, 0, 5, 2, 0, 1, 1, 2, 3, 4, 0, 80})
-	var r [12]byte
-	if _, err := io.ReadFull(c2, r[:]); err != nil || r[3] != repCmdUnsupp {
-		t.Fatalf("BIND: %v %v", r, err)
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(greetingAndRequest); err != nil {
+		return c, r, err
 	}
+	_, err = io.ReadFull(c, r[:])
+	return c, r, err
 }
 
 func TestSOCKS5UDP(t *testing.T) {
@@ -109,15 +120,8 @@ func TestSOCKS5UDP(t *testing.T) {
 	echoPort := echo.LocalAddr().(*net.UDPAddr).Port
 	h := start(t, Policy{Allow: []string{"127.0.0.1"}}, "", func(c *Config) { c.EnableSOCKS5UDP = true })
 
-	ctl, err := net.Dial("tcp", h.socksAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctl.Close()
-	_ = ctl.SetDeadline(time.Now().Add(10 * time.Second))
-	ctl.Write([]byte{5, 1, 0, 5, 3, 0, 1, 0, 0, 0, 0, 0, 0})
-	var r [12]byte
-	if _, err := io.ReadFull(ctl, r[:]); err != nil || r[3] != repOK {
+	ctl, r, err := socksRequest(t, h.socksAddr, []byte{5, 1, 0, 5, 3, 0, 1, 0, 0, 0, 0, 0, 0})
+	if err != nil || r[3] != repOK {
 		t.Fatalf("UDP ASSOCIATE: %v %v", r, err)
 	}
 	relay := &net.UDPAddr{IP: net.IP(r[6:10]), Port: int(binary.BigEndian.Uint16(r[10:12]))}
@@ -207,15 +211,8 @@ func TestSOCKS5UDPIdle(t *testing.T) {
 		c.EnableSOCKS5UDP = true
 		c.Limits.IdleTimeout = 300 * time.Millisecond
 	})
-	ctl, err := net.Dial("tcp", h.socksAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctl.Close()
-	_ = ctl.SetDeadline(time.Now().Add(10 * time.Second))
-	ctl.Write([]byte{5, 1, 0, 5, 3, 0, 1, 0, 0, 0, 0, 0, 0})
-	var r [12]byte
-	if _, err := io.ReadFull(ctl, r[:]); err != nil || r[3] != repOK {
+	ctl, r, err := socksRequest(t, h.socksAddr, []byte{5, 1, 0, 5, 3, 0, 1, 0, 0, 0, 0, 0, 0})
+	if err != nil || r[3] != repOK {
 		t.Fatalf("UDP ASSOCIATE: %v %v", r, err)
 	}
 	begin := time.Now()
