@@ -76,6 +76,10 @@ type wirePlan struct {
 	Layers  layers  `json:"layers"`
 	Scratch string  `json:"scratch"`
 	NS      *nsPlan `json:"ns,omitempty"` // the namespaces level (ns.go)
+	// Prepare: this helper is a prepared sandbox (prepared.go): it builds
+	// NS, then waits on statusFD for its start, and reports a started
+	// command in so many words.
+	Prepare bool `json:"prepare,omitempty"`
 }
 
 type helperStatus struct {
@@ -200,6 +204,9 @@ func helperMain() helperStatus {
 			return fail("rlimit", fmt.Errorf("setrlimit(%d): %w", r.Resource, err))
 		}
 	}
+	if p.NS != nil && p.Prepare {
+		return preparedMain(&p)
+	}
 	if p.NS != nil {
 		return nsMain(&p)
 	}
@@ -243,38 +250,43 @@ type Launch struct {
 }
 
 // afterNamespacePlan, when set (by tests only), runs between the namespace
-// plan and the helper's start: the window in which the host may change.
+// plan and the helper's start, on the start's own goroutine (a prepared
+// sandbox's plan, made in the background, does not run it): the window in
+// which the host may change.
 var afterNamespacePlan func()
 
 // NewLaunch checks plan against the host and prepares the pipes.
 func NewLaunch(h *Host, plan Plan) (*Launch, error) {
+	wp, err := planWire(h, plan)
+	if err != nil {
+		return nil, err
+	}
+	if wp.NS != nil && afterNamespacePlan != nil {
+		afterNamespacePlan()
+	}
+	return newLaunch(h, wp)
+}
+
+// planWire checks plan against the host and plans what the helper does:
+// the layers, and at the namespaces level the namespace plan.
+func planWire(h *Host, plan Plan) (wirePlan, error) {
 	wp := wirePlan{Plan: plan}
 	if plan.Policy != nil {
 		// The layers go to the helper as they are: planned by the
 		// caller's h.Check, or checked and planned now.
 		l, err := h.checked(plan.Policy)
 		if err != nil {
-			return nil, err
+			return wp, err
 		}
 		wp.Layers, wp.Scratch = l, h.Scratch
 		if h.namespaces() {
 			np, err := planNamespace(plan.Policy)
 			if err != nil {
-				return nil, err
-			}
-			if afterNamespacePlan != nil {
-				afterNamespacePlan()
+				return wp, err
 			}
 			np.PidNS = h.PidNamespace != PidInherit
-			np.NetNS = !plan.Policy.Network
+			np.NetNS = !plan.Policy.Network && plan.NetNS == nil
 			np.Dir, np.Ctty = plan.Dir, plan.Ctty
-			next := statusFD + 1
-			if plan.DevPts != nil {
-				np.DevPtsFD, next = next, next+1
-			}
-			if plan.NetNS != nil {
-				np.NetNSFD, np.NetNS = next, false
-			}
 			if np.Dir == "" {
 				np.Dir, _ = os.Getwd()
 			}
@@ -282,15 +294,27 @@ func NewLaunch(h *Host, plan Plan) (*Launch, error) {
 			wp.Layers.Overlays = nil // the namespace plan's mounts replace them
 		}
 	}
+	return wp, nil
+}
+
+func newLaunch(h *Host, wp wirePlan) (*Launch, error) {
+	plan := wp.Plan
+	if wp.NS != nil {
+		// The devpts and network namespace descriptors follow the status
+		// descriptor, in this order.
+		next := statusFD + 1
+		if plan.DevPts != nil {
+			wp.NS.DevPtsFD, next = next, next+1
+		}
+		if plan.NetNS != nil {
+			wp.NS.NetNSFD, wp.NS.NetNS = next, false
+		}
+	}
 	raw, err := json.Marshal(wp)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: encode plan: %w", err)
 	}
-	exe := "/proc/self/exe"
-	if h != nil && h.Exe != "" {
-		exe = h.Exe
-	}
-	l := &Launch{Exe: exe, Argv: []string{helperArg0}, Env: []string{helperEnv, "GOMAXPROCS=1", "GOGC=off"}, plan: raw}
+	l := &Launch{Exe: h.exe(), Argv: []string{helperArg0}, Env: []string{helperEnv, "GOMAXPROCS=1", "GOGC=off"}, plan: raw}
 	l.NewMountNS = len(wp.Layers.Overlays) > 0 || (plan.LockLimits && plan.Policy == nil)
 	if wp.NS != nil {
 		l.Cloneflags = unix.CLONE_NEWNS | unix.CLONE_NEWIPC

@@ -62,6 +62,13 @@ type Host struct {
 	// namespaced start with the network restricted (nil: none). Copies of
 	// a Host share it.
 	nets *netPool
+	// prepared keeps sandboxes prepared for the next namespaced starts of
+	// the recent policies (nil: none; set by Probe where namespaces can be
+	// made, ended by Close). Copies of a Host share it.
+	prepared *preparedPool
+	// NoPrepare makes every namespaced start build its sandbox itself
+	// (tests and benchmarks compare the two ways).
+	NoPrepare bool
 	// threads keeps a spawning thread prepared for the next confined
 	// start (nil: none; set by Probe when threads can be confined, ended
 	// by Close). Copies of a Host share it.
@@ -154,6 +161,7 @@ func Probe(scratch string) (*Host, error) {
 	h.Exe = exe
 	if h.Namespaces {
 		h.nets = &netPool{}
+		h.prepared = &preparedPool{}
 	}
 	dir, err := os.MkdirTemp(scratch, "runtimed-sandbox-")
 	if err != nil {
@@ -184,10 +192,21 @@ func (h *Host) Close() error {
 	}
 	h.threads.close()
 	h.nets.close()
+	h.prepared.close()
 	if h.Scratch == "" {
 		return nil
 	}
 	return os.RemoveAll(h.Scratch)
+}
+
+// preparedPool is the pool a start of wp takes a prepared sandbox from
+// and refills (nil: wp is not prepared ahead: not at the namespaces
+// level, no pid namespace, or the host says no).
+func (h *Host) preparedPool(wp wirePlan) *preparedPool {
+	if h == nil || h.NoPrepare || wp.NS == nil || !wp.NS.PidNS {
+		return nil
+	}
+	return h.prepared
 }
 
 // namespaces reports whether sandboxed starts take the namespaces level.

@@ -60,6 +60,11 @@ func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal) helperStatus 
 	}
 	ps.close()
 	cmd := proc.Pid
+	if p.Prepare {
+		// A prepared sandbox says so: its daemon cannot tell EOF from a
+		// helper that died before the start.
+		_, _ = unix.Write(statusFD, []byte(preparedStarted))
+	}
 	_ = unix.Close(statusFD) // EOF: the daemon's Start returns
 	// The command's stdio stays the command's: the init holds none of it,
 	// so the daemon sees EOF when the tree closes its outputs.

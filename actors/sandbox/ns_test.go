@@ -397,6 +397,9 @@ func TestNamespaceSetnsRefused(t *testing.T) {
 // removes sockets all the time), and the rebound socket stays out of reach.
 func TestNamespaceHostSocketChurn(t *testing.T) {
 	h := nsHost(t)
+	// The window between a helper's plan and its mounts (a prepared
+	// sandbox's is TestPreparedStaleSocket's).
+	h.NoPrepare = true
 	dir := t.TempDir()
 	gone, rebound := filepath.Join(dir, "gone.sock"), filepath.Join(dir, "rebound.sock")
 	listen := func(path string) *net.UnixListener {

@@ -223,16 +223,40 @@ func stageError(stage string, err error) *ExecError {
 func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	plan.Dir = attr.Dir
 	plan.Ctty = attr.Sys != nil && attr.Sys.Setctty
-	if plan.Policy != nil && h.namespaces() && !plan.Policy.Network && plan.NetNS == nil {
+	wp, err := planWire(h, plan)
+	if err != nil {
+		return nil, err
+	}
+	if wp.NS != nil && afterNamespacePlan != nil {
+		afterNamespacePlan()
+	}
+	if pp := h.preparedPool(wp); pp != nil {
+		// A sandbox prepared for this very plan, if one is ready; the next
+		// is prepared in the background once this start returned.
+		mode := netMode(plan)
+		key := prepKey(wp, mode)
+		defer pp.refill(h, plan.Policy, mode, key)
+		if t := pp.take(key); t != nil {
+			proc, err := startOnPrepared(t, wp, attr)
+			if err != errPreparedGone {
+				if err == nil {
+					pp.used.Add(1)
+				}
+				return proc, err
+			}
+		}
+	}
+	if wp.NS != nil && wp.NS.NetNS {
 		// An empty network namespace made ahead, if one is ready; the next
 		// is made in the background once this start returned.
 		defer h.nets.refill()
 		if n := h.nets.take(); n != nil {
 			defer n.Close()
+			wp.Plan.NetNS = n
 			plan.NetNS = n
 		}
 	}
-	l, err := NewLaunch(h, plan)
+	l, err := newLaunch(h, wp)
 	if err != nil {
 		return nil, err
 	}
