@@ -69,8 +69,9 @@ func superviseInit(p *wirePlan, ps *pins, sigs chan os.Signal, thread *spawnThre
 	}
 	ps.close()
 	// The command's stdio stays the command's: the init holds none of it,
-	// so the daemon sees EOF when the tree closes its outputs.
-	if null, oerr := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0); oerr == nil {
+	// so the daemon sees EOF when the tree closes its outputs (a prepared
+	// sandbox's spawning thread closed the copies it received).
+	if null, oerr := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0); oerr == nil && !p.Prepare {
 		for fd := 0; fd <= 2; fd++ {
 			_ = unix.Dup3(null, fd, 0)
 		}
@@ -79,7 +80,11 @@ func superviseInit(p *wirePlan, ps *pins, sigs chan os.Signal, thread *spawnThre
 	// The init is never the OOM killer's pick in the tree's cgroup (set
 	// after the fork: the command inherits nothing of it).
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
-	debug.SetGCPercent(100) // the helper ran with GOGC=off; the init may live long
+	// The helper runs with GOGC=off; the init may live long, but
+	// allocates next to nothing from here (a signal now and then): a
+	// memory limit bounds it without a collection now, which would
+	// compete with the command for the CPU as it starts.
+	debug.SetMemoryLimit(64 << 20)
 	forwardSignals(r.proc.Pid, sigs)
 	return helperStatus{}
 }
@@ -94,7 +99,26 @@ func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Pro
 		return nil, stage, err
 	}
 	sys := &syscall.SysProcAttr{Setsid: true, Setctty: p.NS.Ctty, Ctty: 0, Credential: cred}
-	proc, err := os.StartProcess(p.Path, p.Argv, &os.ProcAttr{Env: p.Env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: sys})
+	if p.NS.CgroupFD > 0 {
+		// Cloned into the tree's cgroup, and its cgroup namespace made
+		// there, by the child before it takes the daemon's uid back.
+		sys.UseCgroupFD, sys.CgroupFD, sys.Unshareflags = true, p.NS.CgroupFD, unix.CLONE_NEWCGROUP
+	}
+	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	if p.Prepare {
+		for i, fd := range p.NS.Stdio {
+			stdio[i] = os.NewFile(uintptr(fd), "stdio")
+		}
+	}
+	proc, err := os.StartProcess(p.Path, p.Argv, &os.ProcAttr{Env: p.Env, Files: stdio, Sys: sys})
+	if p.Prepare {
+		for _, f := range stdio {
+			f.Close()
+		}
+	}
+	if p.NS.CgroupFD > 0 {
+		unix.Close(p.NS.CgroupFD)
+	}
 	if err != nil {
 		return nil, "exec", err
 	}
@@ -235,8 +259,10 @@ func confineAtStart(p *wirePlan, filtered bool) (string, error) {
 			return "seccomp", err
 		}
 	}
-	if err := cgroupNS(); err != nil {
-		return "namespaces", err
+	if p.NS.CgroupFD == 0 { // else the command's fork makes it (spawnCommand)
+		if err := cgroupNS(); err != nil {
+			return "namespaces", err
+		}
 	}
 	return checkCwd(".")
 }

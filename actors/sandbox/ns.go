@@ -82,6 +82,12 @@ type nsPlan struct {
 	Ctty     bool `json:"ctty"`     // the command takes fd 0 as its controlling terminal
 	DevPtsFD int  `json:"devptsFD"` // the devpts instance of the command's PTY (0: none)
 	NetNSFD  int  `json:"netnsFD"`  // the network namespace to enter (0: NetNS says)
+	// Stdio, on a prepared sandbox, are the command's stdin, stdout and
+	// stderr as the start brought them (else they are the helper's 0-2).
+	Stdio [3]int `json:"-"`
+	// CgroupFD, on a prepared sandbox, is the tree's cgroup (v2), which
+	// the command is cloned into (0: none, or the helper was).
+	CgroupFD int `json:"-"`
 	// GivenNetNS: a prepared sandbox's starts bring a network namespace
 	// of the caller's (NetNSFD, known at the start only).
 	GivenNetNS   bool      `json:"givenNetNS,omitempty"`

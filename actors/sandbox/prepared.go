@@ -325,6 +325,7 @@ type preparedStart struct {
 	Ctty    bool     `json:"ctty,omitempty"`
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
 	DevPts  bool     `json:"devpts,omitempty"`
+	Cgroup  bool     `json:"cgroup,omitempty"`
 	NetNS   bool     `json:"netns,omitempty"`
 }
 
@@ -342,10 +343,6 @@ func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Pr
 	}
 	msg := preparedStart{Path: wp.Path, Argv: wp.Argv, Env: wp.Env, Dir: wp.NS.Dir, Ctty: wp.NS.Ctty,
 		Rlimits: wp.Rlimits, DevPts: wp.Plan.DevPts != nil, NetNS: wp.Plan.NetNS != nil}
-	body, err := json.Marshal(msg)
-	if err != nil {
-		return fail(fmt.Errorf("sandbox: encode start: %w", err))
-	}
 	files := make([]int, 0, 5)
 	for i := 0; i < 3; i++ {
 		if i < len(attr.Files) && attr.Files[i] != nil {
@@ -374,15 +371,16 @@ func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Pr
 			return fail(fmt.Errorf("sandbox cgroup: %w", err))
 		}
 	}
+	// The v2 cgroup goes with the start: the init clones the command into
+	// it (moving the init there instead would cost an RCU grace period,
+	// milliseconds, for the cgroup core's thread-group lock).
 	if attr.Sys != nil && attr.Sys.UseCgroupFD {
-		fd, err := unix.Openat(attr.Sys.CgroupFD, "cgroup.procs", unix.O_WRONLY|unix.O_CLOEXEC, 0)
-		if err == nil {
-			_, err = unix.Write(fd, []byte(strconv.Itoa(t.proc.Pid)))
-			unix.Close(fd)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("sandbox: move the prepared sandbox into the tree's cgroup: %w", err))
-		}
+		files = append(files, attr.Sys.CgroupFD)
+		msg.Cgroup = true
+	}
+	body, err := json.Marshal(msg)
+	if err != nil {
+		return fail(fmt.Errorf("sandbox: encode start: %w", err))
 	}
 	var hdr [8]byte
 	binary.BigEndian.PutUint64(hdr[:], uint64(len(body)))
@@ -516,6 +514,9 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 	if st.NetNS {
 		want++
 	}
+	if st.Cgroup {
+		want++
+	}
 	if len(fds) != want {
 		return "plan", fmt.Errorf("%d descriptors with the start, want %d", len(fds), want)
 	}
@@ -527,12 +528,10 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 			return "rlimit", fmt.Errorf("setrlimit(%d): %w", r.Resource, err)
 		}
 	}
-	for i := 0; i < 3; i++ {
-		if err := unix.Dup3(fds[i], i, 0); err != nil {
-			return "plan", fmt.Errorf("stdio: %w", err)
-		}
-		unix.Close(fds[i]) // the init holds none of the command's stdio
-	}
+	// The command's stdio as received: the fork puts them at 0-2 in the
+	// command, and the init closes its copies right after (it must hold
+	// none of them: the daemon sees EOF when the tree closes its outputs).
+	np.Stdio = [3]int{fds[0], fds[1], fds[2]}
 	next := 3
 	if st.DevPts {
 		// The PTY's own instance, over the one the sandbox was built with.
@@ -548,6 +547,10 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 	}
 	if st.NetNS {
 		np.NetNSFD = fds[next]
+		next++
+	}
+	if st.Cgroup {
+		np.CgroupFD = fds[next]
 	}
 	if err := unix.Chdir(np.Dir); err != nil {
 		return "cwd", err

@@ -28,7 +28,8 @@ const benchUsage = `usage: runtimed bench (--connect URL | --spawn 'CMD' [--stdi
 
 Measures a runtimed (or any compatible exec-server) and prints, per figure,
 the median with min and max over --runs:
-  a  spawn /bin/true through to process/closed, sequential: p50 and p99,
+  a  spawn /bin/true through to process/closed, sequential (back to back,
+     or after --spawn-pause, an agent's think time): p50 and p99,
      interleaved with a bare fork/exec of /bin/true by this client (the
      floor; meaningful when the server runs on this machine) and with a
      sandboxed start (--sandbox, or workspace-write when none), and the
@@ -67,6 +68,7 @@ type benchOpts struct {
 	streamBytes int64
 	ptyBytes    int64
 	spawnN      int
+	spawnPause  time.Duration
 	rpcN        int
 	idleN       int
 	only        string
@@ -88,6 +90,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&o.streamBytes, "stream-bytes", 256<<20, "bytes streamed in figure b")
 	fs.Int64Var(&o.ptyBytes, "pty-bytes", 64<<20, "bytes streamed in figure e")
 	fs.IntVar(&o.spawnN, "spawn-n", 200, "spawns per run in figure a")
+	fs.DurationVar(&o.spawnPause, "spawn-pause", 0, "figure a: a pause before each round of spawns (an agent's think time between commands; 0: back to back)")
 	fs.IntVar(&o.rpcN, "rpc-n", 2000, "round trips per run in figure d")
 	fs.IntVar(&o.idleN, "idle-n", 1000, "idle children in figure f")
 	fs.StringVar(&o.only, "only", "abcdef", "figures to run")
@@ -435,6 +438,13 @@ func (b *bencher) spawnLatency(ctx context.Context, sandboxed bool) ([4][]time.D
 		return time.Since(start), nil
 	}
 	for i := 0; i < b.o.spawnN; i++ {
+		if b.o.spawnPause > 0 {
+			select {
+			case <-time.After(b.o.spawnPause):
+			case <-ctx.Done():
+				return out, sandboxed, ctx.Err()
+			}
+		}
 		d, err := bareRun()
 		if err != nil {
 			return out, sandboxed, err
