@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -272,6 +273,19 @@ func TestPreparedSameAsFresh(t *testing.T) {
 		plan.Rlimits = []Rlimit{{Resource: unix.RLIMIT_NOFILE, Cur: 77, Max: 77}, {Resource: unix.RLIMIT_CORE, Cur: 0, Max: 0}}
 		if out, code := onPrepared(t, plan, ws); code != 5 || out != "77\n0\n" {
 			t.Errorf("rlimits: exit %d %q", code, out)
+		}
+	})
+	// A start larger than the socket's buffer: the helper reads it in
+	// many reads while the daemon writes.
+	t.Run("large-start", func(t *testing.T) {
+		plan := shPlan(p, `echo "$# ${#BIG}"; exit 5`)
+		for i := 0; i < 1000; i++ {
+			plan.Argv = append(plan.Argv, strings.Repeat("a", 999))
+		}
+		plan.Argv[3] = "sh" // $0 of sh -c
+		plan.Env = append(plan.Env, "BIG="+strings.Repeat("b", 100_000))
+		if out, code := onPrepared(t, plan, ws); code != 5 || out != "999 100000\n" {
+			t.Errorf("large start: exit %d %q", code, out)
 		}
 	})
 	t.Run("orphans", func(t *testing.T) {
@@ -1146,4 +1160,66 @@ func TestPreparedCloseWhilePreparing(t *testing.T) {
 	if n := len(h.prepared.readyPids()); n != 0 {
 		t.Errorf("a start after Close prepared %d sandboxes", n)
 	}
+}
+
+// TestPreparedStartErrors: a start that fails on a prepared sandbox fails
+// as on a fresh one (the same stage and errno: a working directory that
+// does not exist, a command that does not exist), and the prepared
+// sandbox it took is ended and reaped.
+func TestPreparedStartErrors(t *testing.T) {
+	h := preparedHost(t)
+	fresh := *h
+	fresh.NoPrepare = true
+	ws := t.TempDir()
+	p := codexWorkspaceWrite(ws)
+	for _, c := range []struct {
+		name  string
+		plan  Plan
+		dir   string
+		errno syscall.Errno
+	}{
+		{"no-dir", shPlan(p, `exit 5`), filepath.Join(ws, "missing"), syscall.ENOENT},
+		{"no-command", Plan{Path: "/nonexistent/prog", Argv: []string{"prog"}, Policy: p}, ws, syscall.ENOENT},
+		{"not-executable", Plan{Path: "/etc/passwd", Argv: []string{"passwd"}, Policy: p}, ws, syscall.EACCES},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, werr := runPlan(&fresh, c.plan, c.dir)
+			primePrepared(t, h, Plan{Policy: p}, ws)
+			taken := h.prepared.readyPids()
+			_, _, gerr := runPlan(h, c.plan, c.dir)
+			if !errors.Is(werr, c.errno) || !errors.Is(gerr, c.errno) {
+				t.Errorf("prepared: %v; fresh: %v; want both %v", gerr, werr, c.errno)
+			}
+			// A missing working directory: a fresh start fails in
+			// os.StartProcess (the fork child's chdir, *fs.PathError), a
+			// prepared one in the init (*ExecError, stage cwd); both wrap
+			// ENOENT. Elsewhere both are *ExecError of the same stage.
+			var we, ge *ExecError
+			if errors.As(werr, &we) && (!errors.As(gerr, &ge) || we.Stage != ge.Stage) {
+				t.Errorf("prepared: %v; fresh: %v", gerr, werr)
+			}
+			t.Logf("prepared: %v; fresh: %v", gerr, werr)
+			h.prepared.settle()
+			if len(taken) != 1 {
+				t.Fatalf("waiting sandboxes before the start: %v, want one", taken)
+			}
+			for _, pid := range taken {
+				if slicesContains(h.prepared.readyPids(), pid) {
+					t.Errorf("the failed start did not take the prepared sandbox %d", pid)
+				}
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil && !slicesContains(h.prepared.readyPids(), pid) {
+					t.Errorf("the prepared sandbox %d the failed start took is still there (unreaped?)", pid)
+				}
+			}
+		})
+	}
+}
+
+func slicesContains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
