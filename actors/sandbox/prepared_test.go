@@ -500,6 +500,37 @@ sys.exit(5)`
 			t.Fatalf("the command did not reach the listener: exit %d, %s", code, out)
 		}
 	})
+	t.Run("host-network", func(t *testing.T) {
+		p := codexWorkspaceWrite(ws)
+		p.Network = true
+		used := primePrepared(t, h, Plan{Policy: p}, ws)
+		accepted := make(chan error, 1)
+		go func() {
+			c, err := hostLn.Accept()
+			if err == nil {
+				c.Close()
+			}
+			accepted <- err
+		}()
+		out, code, err := runPlan(h, shPlan(p, fmt.Sprintf(`/usr/bin/python3 -c 'import socket,sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5); print("reached")' %d; exit 5`, hostPort)), ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantUsed(t, h, used, 1, "the start with the network allowed")
+		if code != 5 || out != "reached\n" {
+			t.Errorf("exit %d %q", code, out)
+		}
+		select {
+		case err := <-accepted:
+			if err != nil {
+				t.Errorf("accept: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			_ = hostLn.(*net.TCPListener).SetDeadline(time.Now())
+			<-accepted
+			t.Errorf("the host's listener got no connection")
+		}
+	})
 	t.Run("restricted", func(t *testing.T) {
 		p := codexWorkspaceWrite(ws)
 		used := primePrepared(t, h, Plan{Policy: p}, ws)
@@ -848,6 +879,29 @@ func TestPreparedLifecycle(t *testing.T) {
 			t.Fatalf("exit %d %q %v", code, out, err)
 		}
 		wantUsed(t, h, used, 1, "the start after the pool recovered")
+	})
+	// Nothing is prepared where the brief says not: NoPrepare, or the
+	// pid namespace inherited.
+	t.Run("not-prepared", func(t *testing.T) {
+		h := preparedHost(t)
+		ws := t.TempDir()
+		p := codexWorkspaceWrite(ws)
+		for _, c := range []struct {
+			name string
+			set  func(*Host)
+		}{{"no-prepare", func(h *Host) { h.NoPrepare = true }}, {"pid-inherit", func(h *Host) { h.PidNamespace = PidInherit }}} {
+			hh := *h
+			c.set(&hh)
+			for i := 0; i < 2; i++ {
+				if code, err := startAndWait(t, &hh, Plan{Path: "/bin/false", Argv: []string{"false"}, Policy: p}, ws); err != nil || code != 1 {
+					t.Fatalf("%s: exit %d %v", c.name, code, err)
+				}
+			}
+			h.prepared.settle()
+			if pids := h.prepared.readyPids(); len(pids) != 0 || h.prepared.usedCount() != 0 {
+				t.Errorf("%s: waiting sandboxes %v, used %d", c.name, pids, h.prepared.usedCount())
+			}
+		}
 	})
 	// The helper dies after the start's plan (it is taken as alive, or
 	// found dead: a race the test does not steer), before it reads the
