@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -1276,4 +1277,71 @@ func slicesContains(s []int, v int) bool {
 		}
 	}
 	return false
+}
+
+// TestPreparedPdeathsig: a start that asks for a parent-death signal
+// (Start's doc: such plans go through the helper, and the signal follows
+// the exit of the thread that started it) gets it on a prepared sandbox
+// as on a fresh one: the thread that called Start ends, the tree is
+// killed.
+//
+// Fails at 6edc830: startOnPrepared ignores attr.Sys (the prepared
+// helper was started long before, by the pool, with Setsid only), so
+// Pdeathsig is silently dropped and the tree outlives the thread.
+// Suggested fix: a start whose attr.Sys asks for what a prepared helper
+// cannot have any more (Pdeathsig; also Setpgid/Foreground/Noctty, or no
+// Setsid) does not take a prepared sandbox (preparedPool returns nil for
+// it), or the helper sets prctl(PR_SET_PDEATHSIG) itself at the start
+// (it then follows the pool's thread, not the caller's: not the same).
+func TestPreparedPdeathsig(t *testing.T) {
+	h := preparedHost(t)
+	fresh := *h
+	fresh.NoPrepare = true
+	ws := t.TempDir()
+	p := codexWorkspaceWrite(ws)
+	// startOnThread starts sleep from a goroutine locked to its thread,
+	// which ends once Start returned.
+	startOnThread := func(h *Host) *os.Process {
+		type res struct {
+			proc *os.Process
+			err  error
+		}
+		ch := make(chan res, 1)
+		go func() {
+			goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			proc, err := Start(h, shPlan(p, `sleep 30; exit 5`), &os.ProcAttr{Dir: ws, Files: []*os.File{nil, nil, nil},
+				Sys: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}})
+			ch <- res{proc, err}
+		}()
+		r := <-ch
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.proc
+	}
+	// died waits (bounded) for proc's end and reports whether it came.
+	died := func(proc *os.Process, within time.Duration) bool {
+		done := make(chan struct{})
+		go func() {
+			_, _ = proc.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+			return true
+		case <-time.After(within):
+			_ = proc.Kill()
+			<-done
+			return false
+		}
+	}
+	if !died(startOnThread(&fresh), 10*time.Second) {
+		t.Fatal("a fresh sandbox did not get its parent-death signal: nothing to compare with")
+	}
+	used := primePrepared(t, h, Plan{Policy: p}, ws)
+	proc := startOnThread(h)
+	wantUsed(t, h, used, 1, "the start with a parent-death signal")
+	if !died(proc, 2*time.Second) {
+		t.Errorf("the tree started on a prepared sandbox outlived the thread that started it (Pdeathsig dropped)")
+	}
 }
