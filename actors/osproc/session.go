@@ -4,8 +4,10 @@ import (
 	"errors"
 	"os"
 	"syscall"
+	"time"
 
 	"github.com/runtimed/runtimed/actors/contain"
+	"github.com/runtimed/runtimed/actors/sandbox"
 )
 
 // Session is the OS side of one started process as its owner sees it. The
@@ -89,6 +91,12 @@ type osSession struct {
 	outputs []*os.File // pipes: stdout, stderr; pty: the master
 	streams []Stream
 	stdin   *os.File // pipe write end, or the PTY master; nil without stdin
+	// report is the sandbox init's report of the command's exit (a start
+	// on a prepared sandbox; nil otherwise), read by Wait; the init is
+	// then reaped in the background, and initGone (made with report)
+	// closed by the waiter once it is.
+	report   *sandbox.ExitReport
+	initGone chan struct{}
 }
 
 func (s *osSession) Pid() int            { return s.pid }
@@ -97,6 +105,26 @@ func (s *osSession) Output(i int) Reader { return newFileChunks(s.outputs[i], !s
 func (s *osSession) HasStdin() bool      { return s.stdin != nil }
 
 func (s *osSession) Wait() int {
+	if s.report != nil {
+		code, ok := s.report.Wait()
+		s.report.Close()
+		if ok {
+			// The command was reaped by its init, which exits now (its
+			// namespaces' teardown is not the command's): reaped in the
+			// background, waited for by Release.
+			go func() {
+				defer close(s.initGone)
+				s.reap()
+			}()
+			return code
+		}
+		defer close(s.initGone)
+	}
+	return s.reap()
+}
+
+// reap waits for the child (s.pid) and returns its wait status.
+func (s *osSession) reap() int {
 	if w := newPidWaiter(s.pid); w != nil {
 		if code, ok := w.wait(); ok {
 			return code
@@ -156,7 +184,21 @@ func (s *osSession) Resize(rows, cols uint16) error {
 
 func (s *osSession) Limit(code int) string { return s.group.LimitHit(code) }
 
-func (s *osSession) Release() { s.group.Release() }
+func (s *osSession) Release() {
+	if s.initGone != nil {
+		// The init exits right after its report: its tree is in the
+		// group until then (the kernel kills what is left of a pid
+		// namespace whose init exited). Bounded: a Release while the
+		// command still runs (the owner's panic) kills the group anyway.
+		t := time.NewTimer(time.Second)
+		select {
+		case <-s.initGone:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	s.group.Release()
+}
 
 func (s *osSession) ReleaseIfEmpty() { s.group.ReleaseIfEmpty() }
 

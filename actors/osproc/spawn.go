@@ -256,10 +256,13 @@ func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 	var serr error
 	if plan, ok := helperPlan(spec, path, argv, s.group); ok {
 		plan.DevPts = devpts
-		proc, serr = sandbox.Start(iso.Host, plan, attr)
+		proc, s.report, serr = sandbox.StartReported(iso.Host, plan, attr)
 	} else {
 		sandbox.SealDescriptors() // only its stdio reaches the child
 		proc, serr = os.StartProcess(path, argv, attr)
+	}
+	if s.report != nil {
+		s.initGone = make(chan struct{})
 	}
 	s.group.CloseFD() // the child is in its cgroup (or was not started)
 	if serr != nil {
@@ -269,6 +272,7 @@ func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 	if gerr := s.group.Started(proc.Pid); gerr != nil { // the subreaper's tree root
 		_ = proc.Kill()
 		_, _ = proc.Wait() // reaps it and closes its pidfd
+		s.report.Close()
 		return nil, OpSetup, gerr
 	}
 	// os.Process holds a pidfd (Go 1.23+) until Wait or Release, else until

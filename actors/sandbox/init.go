@@ -1,71 +1,73 @@
 package sandbox
 
 import (
-	"fmt"
+	"errors"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
 // runInit is the helper as the pid namespace's init: it starts the command
-// from a throwaway thread confined like a spawning thread of the daemon
+// from a spawning thread confined like a spawning thread of the daemon
 // (capabilities dropped, Landlock, seccomp, a uid of its own: see
 // confineAndStart), reports the start, and then forwards signals, reaps
 // and exits with the command's status. It returns only if the command
+// could not be started. thread is the spawning thread, confined ahead by
+// a prepared sandbox; nil: one is made and confined now.
+func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal, thread *spawnThread) helperStatus {
+	if thread == nil {
+		var stage string
+		var err error
+		if thread, stage, err = newSpawnThread(p, l, ps); err != nil {
+			signal.Reset()
+			return failStatus(stage, err)
+		}
+	}
+	return superviseInit(p, ps, sigs, thread, nil, func(cred *syscall.Credential, filtered bool) (*os.Process, string, error) {
+		return spawnCommand(p, cred, filtered)
+	})
+}
+
+// superviseInit runs start on the spawning thread, which then reaps until
+// the command has exited and exits the init with its status (reapLoop),
+// while this goroutine gives up the init's copies of the command's stdio
+// and forwards signals. mainJobs, if not nil, carries what start must run
+// on this (unconfined) thread meanwhile. It returns only if the command
 // could not be started.
-func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal) helperStatus {
-	var (
+func superviseInit(p *wirePlan, ps *pins, sigs chan os.Signal, thread *spawnThread, mainJobs chan func(),
+	start func(cred *syscall.Credential, filtered bool) (*os.Process, string, error)) helperStatus {
+	type spawned struct {
 		proc  *os.Process
 		stage string
 		err   error
-	)
-	onThrowawayThread(func() {
-		if p.NS.NetNSFD > 0 {
-			if err = enterNetNS(p.NS.NetNSFD); err != nil {
-				stage = "network"
-				return
-			}
+	}
+	out := make(chan spawned, 1)
+	thread.jobs <- func(cred *syscall.Credential, filtered bool) {
+		proc, stage, err := start(cred, filtered)
+		out <- spawned{proc, stage, err}
+		if err == nil {
+			reapLoop(p, proc.Pid) // does not return
 		}
-		// unshare(CLONE_NEWCGROUP) in nsMain moved only the thread that
-		// made it; the command is forked from this one.
-		if err = unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-			stage, err = "namespaces", fmt.Errorf("unshare(CLONE_NEWCGROUP): %w", err)
-			return
+	}
+	var r spawned
+	for waiting := true; waiting; {
+		select {
+		case f := <-mainJobs:
+			f()
+		case r = <-out:
+			waiting = false
 		}
-		if err = dropCapabilities(); err != nil {
-			stage = "capabilities"
-			return
-		}
-		if stage, err = restrictNS(p.Policy, l, ps); err != nil {
-			return
-		}
-		cred, cerr := becomeSpawner()
-		if cerr != nil {
-			stage, err = "credentials", cerr
-			return
-		}
-		sys := &syscall.SysProcAttr{Setsid: true, Setctty: p.NS.Ctty, Ctty: 0, Credential: cred}
-		proc, err = os.StartProcess(p.Path, p.Argv, &os.ProcAttr{Env: p.Env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: sys})
-		if err != nil {
-			stage = "exec"
-		}
-	})
-	if err != nil {
+	}
+	if r.err != nil {
 		signal.Reset()
-		st := stageError(stage, err)
+		st := stageError(r.stage, r.err)
 		return helperStatus{Stage: st.Stage, Errno: int(st.Errno), Msg: st.Msg}
 	}
 	ps.close()
-	cmd := proc.Pid
-	if p.Prepare {
-		// A prepared sandbox says so: its daemon cannot tell EOF from a
-		// helper that died before the start.
-		_, _ = unix.Write(statusFD, []byte(preparedStarted))
-	}
-	_ = unix.Close(statusFD) // EOF: the daemon's Start returns
 	// The command's stdio stays the command's: the init holds none of it,
 	// so the daemon sees EOF when the tree closes its outputs.
 	if null, oerr := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0); oerr == nil {
@@ -78,50 +80,163 @@ func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal) helperStatus 
 	// after the fork: the command inherits nothing of it).
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
 	debug.SetGCPercent(100) // the helper ran with GOGC=off; the init may live long
-	os.Exit(initLoop(cmd, sigs))
+	forwardSignals(r.proc.Pid, sigs)
 	return helperStatus{}
 }
 
-// forwarded are the signals the init passes on to the command's process
-// group (and SIGCHLD, on which it reaps). Every signal a client can send
-// with process/signal that a process can catch; SIGSTOP and SIGKILL
-// cannot be caught (SIGKILL from the daemon ends the init, and with it
-// the namespace; SIGSTOP stops the init only).
-var forwarded = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM, unix.SIGUSR1, unix.SIGUSR2,
-	unix.SIGALRM, unix.SIGCONT, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGWINCH, unix.SIGABRT,
-	unix.SIGPWR, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGIO, unix.SIGSYS, unix.SIGTRAP, unix.SIGCHLD}
+// spawnCommand forks and execs the command from the spawning thread, once
+// confineAtStart is done, and tells the daemon it runs: EOF on the status
+// pipe, or (a prepared sandbox, whose daemon cannot tell EOF from a helper
+// that died before the start) preparedStarted on its socket, which stays
+// open for the report of the command's exit.
+func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Process, string, error) {
+	if stage, err := confineAtStart(p, filtered); err != nil {
+		return nil, stage, err
+	}
+	sys := &syscall.SysProcAttr{Setsid: true, Setctty: p.NS.Ctty, Ctty: 0, Credential: cred}
+	proc, err := os.StartProcess(p.Path, p.Argv, &os.ProcAttr{Env: p.Env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: sys})
+	if err != nil {
+		return nil, "exec", err
+	}
+	if p.Prepare {
+		_, _ = unix.Write(statusFD, []byte(preparedStarted))
+	} else {
+		_ = unix.Close(statusFD) // EOF: the daemon's Start returns
+	}
+	return proc, "", nil
+}
 
-// initLoop forwards signals to the command's process group and reaps
-// every child until the command has exited; it returns the command's
-// status as the daemon reports it (128+N for a death by signal N).
-func initLoop(cmd int, sigs <-chan os.Signal) int {
+// reapLoop reaps every child, in a blocking wait4 (the command's exit
+// wakes it directly), until the command has exited, then exits the init
+// with the command's status as the daemon reports it (128+N for a death
+// by signal N): reported first on a prepared sandbox's socket (see
+// ExitReport).
+func reapLoop(p *wirePlan, cmd int) {
+	code := 128 + int(unix.SIGKILL) // ECHILD: cannot happen while the command is our child
 	for {
-		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if err == unix.EINTR {
-				continue
-			}
-			if pid <= 0 {
-				break
-			}
-			if pid == cmd {
-				if ws.Signaled() {
-					return 128 + int(ws.Signal())
-				}
-				return ws.ExitStatus()
-			}
-		}
-		s, ok := (<-sigs).(syscall.Signal)
-		if !ok {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
 			continue
 		}
-		switch s {
-		case unix.SIGCHLD, unix.SIGURG, unix.SIGPIPE:
+		if err != nil {
+			break
+		}
+		if pid == cmd {
+			code = ws.ExitStatus()
+			if ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
+			break
+		}
+	}
+	if p.Prepare {
+		// A daemon that closed its end gets nothing.
+		_, _ = unix.Write(statusFD, []byte(preparedExit+strconv.Itoa(code)+"\n"))
+	}
+	os.Exit(code)
+}
+
+// forwarded are the signals the init passes on to the command's process
+// group: every signal a client can send with process/signal that a
+// process can catch; SIGSTOP and SIGKILL cannot be caught (SIGKILL from
+// the daemon ends the init, and with it the namespace; SIGSTOP stops the
+// init only).
+var forwarded = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM, unix.SIGUSR1, unix.SIGUSR2,
+	unix.SIGALRM, unix.SIGCONT, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGWINCH, unix.SIGABRT,
+	unix.SIGPWR, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGIO, unix.SIGSYS, unix.SIGTRAP}
+
+// forwardSignals passes every signal the init catches to the command's
+// process group (the command itself if the group is gone), until the
+// init exits.
+func forwardSignals(cmd int, sigs <-chan os.Signal) {
+	for sig := range sigs {
+		s, ok := sig.(syscall.Signal)
+		if !ok || s == unix.SIGURG || s == unix.SIGPIPE {
 			continue
 		}
 		if err := unix.Kill(-cmd, s); err == unix.ESRCH {
 			_ = unix.Kill(cmd, s)
 		}
 	}
+}
+
+// spawnThread is the init's spawning thread: a goroutine locked to a
+// thread of its own that confined itself as far as it can before the
+// start is known (newSpawnThread), then runs the start and ends with its
+// thread (the goroutine exits locked).
+type spawnThread struct {
+	jobs     chan func(*syscall.Credential, bool)
+	cred     *syscall.Credential
+	filtered bool // the seccomp filter is installed (else confineAtStart installs it)
+}
+
+// newSpawnThread confines a new spawning thread ahead of the start:
+// capabilities dropped (but the effective ones the start still uses),
+// Landlock, the seccomp filter unless the start enters a network
+// namespace of the caller (setns, which the filter refuses), the spawner
+// uid. What must wait for the start (that network namespace, the cgroup
+// namespace, rooted where the daemon moved the tree, the working
+// directory's check) is confineAtStart.
+func newSpawnThread(p *wirePlan, l layers, ps *pins) (*spawnThread, string, error) {
+	t := &spawnThread{jobs: make(chan func(*syscall.Credential, bool)), filtered: !p.NS.GivenNetNS && p.NS.NetNSFD == 0}
+	type result struct {
+		stage string
+		err   error
+	}
+	res := make(chan result, 1)
+	go onThrowawayThread(func() {
+		if err := dropCapabilities(); err != nil {
+			res <- result{"capabilities", err}
+			return
+		}
+		if err := applyLandlock(p.Policy, l, ps); err != nil {
+			res <- result{"landlock", err}
+			return
+		}
+		if t.filtered {
+			if err := installFilter(nsFilter(p.Policy)); err != nil {
+				res <- result{"seccomp", err}
+				return
+			}
+		}
+		cred, err := becomeSpawner()
+		if err != nil {
+			res <- result{"credentials", err}
+			return
+		}
+		t.cred = cred
+		res <- result{}
+		(<-t.jobs)(t.cred, t.filtered)
+	})
+	r := <-res
+	if r.err != nil {
+		return nil, r.stage, r.err
+	}
+	return t, "", nil
+}
+
+// confineAtStart is the spawning thread's confinement that waits for the
+// start: the caller's network namespace (then the seccomp filter), the
+// cgroup namespace (unshare(CLONE_NEWCGROUP) moves only the calling
+// thread, and the command is forked from this one), the working
+// directory's check under Landlock.
+func confineAtStart(p *wirePlan, filtered bool) (string, error) {
+	if p.NS.NetNSFD > 0 {
+		if filtered {
+			return "network", errors.New("the spawning thread was prepared without the caller's network namespace")
+		}
+		if err := enterNetNS(p.NS.NetNSFD); err != nil {
+			return "network", err
+		}
+	}
+	if !filtered {
+		if err := installFilter(nsFilter(p.Policy)); err != nil {
+			return "seccomp", err
+		}
+	}
+	if err := cgroupNS(); err != nil {
+		return "namespaces", err
+	}
+	return checkCwd(".")
 }

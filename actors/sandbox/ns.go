@@ -77,11 +77,14 @@ type mountOp struct {
 
 // nsPlan is what the helper builds in the new namespaces.
 type nsPlan struct {
-	PidNS        bool      `json:"pidNS"`
-	NetNS        bool      `json:"netNS"`
-	Ctty         bool      `json:"ctty"`     // the command takes fd 0 as its controlling terminal
-	DevPtsFD     int       `json:"devptsFD"` // the devpts instance of the command's PTY (0: none)
-	NetNSFD      int       `json:"netnsFD"`  // the network namespace to enter (0: NetNS says)
+	PidNS    bool `json:"pidNS"`
+	NetNS    bool `json:"netNS"`
+	Ctty     bool `json:"ctty"`     // the command takes fd 0 as its controlling terminal
+	DevPtsFD int  `json:"devptsFD"` // the devpts instance of the command's PTY (0: none)
+	NetNSFD  int  `json:"netnsFD"`  // the network namespace to enter (0: NetNS says)
+	// GivenNetNS: a prepared sandbox's starts bring a network namespace
+	// of the caller's (NetNSFD, known at the start only).
+	GivenNetNS   bool      `json:"givenNetNS,omitempty"`
 	Dir          string    `json:"dir"`
 	ReadOnlyRoot bool      `json:"readOnlyRoot"`
 	Mounts       []mountOp `json:"mounts"`
@@ -612,7 +615,7 @@ func runNS(p *wirePlan, ps *pins, sigs chan os.Signal, notified chan struct{}) h
 		return failStatus("exec", err)
 	}
 	<-notified
-	return runInit(p, l, ps, sigs)
+	return runInit(p, l, ps, sigs, nil)
 }
 
 // enterNetNS moves the calling thread into the caller's network namespace.
@@ -625,12 +628,17 @@ func enterNetNS(fd int) error {
 	return nil
 }
 
+// nsFilter is the namespaces level's seccomp filter for p.
+func nsFilter(p *Policy) filterSpec {
+	return filterSpec{network: p.Network, keyrings: true, setns: true}
+}
+
 // restrictNS applies Landlock and the namespaces level's seccomp filter.
 func restrictNS(p *Policy, l layers, ps *pins) (string, error) {
 	if err := applyLandlock(p, l, ps); err != nil {
 		return "landlock", err
 	}
-	if err := installFilter(filterSpec{network: p.Network, keyrings: true, setns: true}); err != nil {
+	if err := installFilter(nsFilter(p)); err != nil {
 		return "seccomp", err
 	}
 	return checkCwd(".")

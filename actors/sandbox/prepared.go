@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -8,9 +9,11 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,13 +30,16 @@ import (
 // and waits on a socket for one start. A start whose own plan is exactly
 // the plan the sandbox was built from (the same rules, resolved to the
 // same files, the same protected paths, the same host sockets covered:
-// prepKey) takes it: the daemon moves it into the tree's cgroup and sends
-// what is the start's alone (the command, environment, working directory,
-// rlimits, v1 cgroups, and as SCM_RIGHTS the stdio, the PTY's devpts and
-// the caller's network namespace); the helper finishes exactly as a helper
-// started for it would (runNS: the cgroup namespace, the working
-// directory, capabilities, Landlock, seccomp, the spawner uid, the fork of
-// the command, and stays as its init). A start whose plan differs (a file
+// prepKey) takes it: the daemon moves it into the tree's cgroups (v2 and
+// v1) and sends what is the start's alone (the command, environment,
+// working directory, rlimits, and as SCM_RIGHTS the stdio, the PTY's
+// devpts and the caller's network namespace). Its spawning thread was
+// confined ahead (capabilities, Landlock, seccomp unless the start brings
+// a network namespace, the spawner uid: newSpawnThread); that thread
+// itself receives the start, makes the cgroup namespace, enters the
+// working directory, forks the command and says so; the helper stays as
+// the init, and reports the command's exit on the socket before its own
+// (ExitReport). A start whose plan differs (a file
 // replaced, a socket bound since) does not take it: it starts its own
 // helper, and the next one is prepared for its plan.
 //
@@ -58,7 +64,7 @@ type preparedPool struct {
 const maxPrepared = 2
 
 // preparedTimeout bounds a preparation (the helper's start and mounts).
-const preparedTimeout = 10_000 // ms
+const preparedTimeout = 10 * time.Second
 
 type preparedSandbox struct {
 	key  string
@@ -66,11 +72,15 @@ type preparedSandbox struct {
 	sock *os.File // the daemon's end of the socket pair
 }
 
-// What a prepared sandbox writes on its socket: preparedReady once built,
-// preparedStarted once the command runs (then EOF), or a helperStatus.
+// What a prepared sandbox writes on its socket, a line each:
+// preparedReady once built; then preparedStarted once the command runs and
+// later preparedExit with the command's status once the init reaped it
+// (then the init exits: EOF); or, if the start failed, a helperStatus
+// (JSON, then EOF).
 const (
-	preparedReady   = "ready"
-	preparedStarted = "started"
+	preparedReady   = "ready\n"
+	preparedStarted = "started\n"
+	preparedExit    = "exit "
 )
 
 // netMode is how a namespaced start gets its network: "own" (restricted:
@@ -222,7 +232,7 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 	if wp.NS == nil || !wp.NS.PidNS {
 		return nil, errors.New("sandbox: only a namespaced start with its own pid namespace is prepared")
 	}
-	wp.NS.NetNS = mode == "own"
+	wp.NS.NetNS, wp.NS.GivenNetNS = mode == "own", mode == "given"
 	key := prepKey(wp, mode)
 	wp.Prepare = true
 	raw, err := json.Marshal(wp)
@@ -232,6 +242,13 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: socket pair: %w", err)
+	}
+	// The daemon's end is non-blocking: waiting on it (for the command's
+	// exit, which may take hours) holds no thread.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, err
 	}
 	mine, theirs := os.NewFile(uintptr(fds[0]), "prepared"), os.NewFile(uintptr(fds[1]), "prepared")
 	defer theirs.Close()
@@ -268,7 +285,7 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 	_, werr := planW.Write(raw)
 	planW.Close()
 	theirs.Close()
-	msg, rerr := readMessage(int(mine.Fd()), len(preparedReady), preparedTimeout)
+	msg, rerr := readReady(mine)
 	if werr != nil || rerr != nil || string(msg) != preparedReady {
 		_ = proc.Kill()
 		_, _ = proc.Wait()
@@ -284,29 +301,16 @@ func (h *Host) exe() string {
 	return "/proc/self/exe"
 }
 
-// readMessage reads up to n bytes (one write of the peer's) within
-// timeout milliseconds.
-func readMessage(fd, n, timeout int) ([]byte, error) {
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	for {
-		k, err := unix.Poll(fds, timeout)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if k == 0 {
-			return nil, errors.New("timed out")
-		}
-		break
-	}
-	buf := make([]byte, n)
-	k, err := unix.Read(fd, buf)
-	if err != nil {
+// readReady reads the prepared helper's first line within
+// preparedTimeout.
+func readReady(f *os.File) ([]byte, error) {
+	if err := f.SetReadDeadline(time.Now().Add(preparedTimeout)); err != nil {
 		return nil, err
 	}
-	return buf[:k], nil
+	defer f.SetReadDeadline(time.Time{})
+	buf := make([]byte, len(preparedReady))
+	n, err := io.ReadFull(f, buf)
+	return buf[:n], err
 }
 
 // preparedStart is what a start sends its prepared sandbox; the
@@ -314,15 +318,14 @@ func readMessage(fd, n, timeout int) ([]byte, error) {
 // namespace when the flags say so) travel with the length that precedes
 // it.
 type preparedStart struct {
-	Path        string   `json:"path"`
-	Argv        []string `json:"argv"`
-	Env         []string `json:"env"`
-	Dir         string   `json:"dir"`
-	Ctty        bool     `json:"ctty,omitempty"`
-	Rlimits     []Rlimit `json:"rlimits,omitempty"`
-	JoinCgroups []string `json:"joinCgroups,omitempty"`
-	DevPts      bool     `json:"devpts,omitempty"`
-	NetNS       bool     `json:"netns,omitempty"`
+	Path    string   `json:"path"`
+	Argv    []string `json:"argv"`
+	Env     []string `json:"env"`
+	Dir     string   `json:"dir"`
+	Ctty    bool     `json:"ctty,omitempty"`
+	Rlimits []Rlimit `json:"rlimits,omitempty"`
+	DevPts  bool     `json:"devpts,omitempty"`
+	NetNS   bool     `json:"netns,omitempty"`
 }
 
 // errPreparedGone: the prepared sandbox could not take the start (it was
@@ -330,15 +333,18 @@ type preparedStart struct {
 var errPreparedGone = errors.New("sandbox: the prepared sandbox is gone")
 
 // startOnPrepared runs the start of wp on t (taken by the caller, who
-// reaps nothing: t's process is returned, or reaped here on failure).
-func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Process, error) {
-	defer t.sock.Close()
+// reaps nothing: t's process is returned with the report of the command's
+// exit, or reaped here on failure).
+func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Process, *ExitReport, error) {
+	fail := func(err error) (*os.Process, *ExitReport, error) {
+		t.discard()
+		return nil, nil, err
+	}
 	msg := preparedStart{Path: wp.Path, Argv: wp.Argv, Env: wp.Env, Dir: wp.NS.Dir, Ctty: wp.NS.Ctty,
-		Rlimits: wp.Rlimits, JoinCgroups: wp.JoinCgroups, DevPts: wp.Plan.DevPts != nil, NetNS: wp.Plan.NetNS != nil}
+		Rlimits: wp.Rlimits, DevPts: wp.Plan.DevPts != nil, NetNS: wp.Plan.NetNS != nil}
 	body, err := json.Marshal(msg)
 	if err != nil {
-		t.discard()
-		return nil, fmt.Errorf("sandbox: encode start: %w", err)
+		return fail(fmt.Errorf("sandbox: encode start: %w", err))
 	}
 	files := make([]int, 0, 5)
 	for i := 0; i < 3; i++ {
@@ -348,8 +354,7 @@ func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Pr
 		}
 		devnull, err := os.Open(os.DevNull)
 		if err != nil {
-			t.discard()
-			return nil, err
+			return fail(err)
 		}
 		defer devnull.Close()
 		files = append(files, int(devnull.Fd()))
@@ -362,6 +367,13 @@ func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Pr
 	}
 	// Into the tree's cgroup before anything of the start: its cgroup
 	// namespace is made where it is when it reads the start.
+	// v1 controllers too: from here, where the cgroup file systems are
+	// writable (in the sandbox's view they are read-only).
+	for _, procs := range wp.JoinCgroups {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(t.proc.Pid)), 0); err != nil {
+			return fail(fmt.Errorf("sandbox cgroup: %w", err))
+		}
+	}
 	if attr.Sys != nil && attr.Sys.UseCgroupFD {
 		fd, err := unix.Openat(attr.Sys.CgroupFD, "cgroup.procs", unix.O_WRONLY|unix.O_CLOEXEC, 0)
 		if err == nil {
@@ -369,31 +381,76 @@ func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Pr
 			unix.Close(fd)
 		}
 		if err != nil {
-			t.discard()
-			return nil, fmt.Errorf("sandbox: move the prepared sandbox into the tree's cgroup: %w", err)
+			return fail(fmt.Errorf("sandbox: move the prepared sandbox into the tree's cgroup: %w", err))
 		}
 	}
 	var hdr [8]byte
 	binary.BigEndian.PutUint64(hdr[:], uint64(len(body)))
-	fd := int(t.sock.Fd())
-	if err := unix.Sendmsg(fd, hdr[:], unix.UnixRights(files...), nil, 0); err != nil {
-		t.discard()
-		return nil, errPreparedGone // it never received the start
+	rc, err := t.sock.SyscallConn()
+	if err != nil {
+		return fail(err)
+	}
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), hdr[:], unix.UnixRights(files...), nil, 0)
+		return serr != unix.EAGAIN
+	}); err != nil || serr != nil {
+		return fail(errPreparedGone) // it never received the start
 	}
 	_, werr := t.sock.Write(body)
-	out, rerr := io.ReadAll(t.sock)
-	if string(out) == preparedStarted {
-		return t.proc, nil
+	// The socket now carries the start's status, then the command's exit.
+	r := bufio.NewReaderSize(t.sock, 512)
+	line, rerr := r.ReadString('\n')
+	if line == preparedStarted {
+		return t.proc, &ExitReport{f: t.sock, r: r}, nil
 	}
+	t.sock.Close()
 	_, _ = t.proc.Wait() // it exits (or has exited) without the command
-	if len(out) > 0 {
+	if line != "" {
 		var st helperStatus
-		if err := json.Unmarshal(out, &st); err != nil {
-			return nil, &ExecError{Stage: "helper", Msg: fmt.Sprintf("unreadable status %q", out)}
+		if err := json.Unmarshal([]byte(line), &st); err != nil {
+			return nil, nil, &ExecError{Stage: "helper", Msg: fmt.Sprintf("unreadable status %q", line)}
 		}
-		return nil, &ExecError{Stage: st.Stage, Errno: syscall.Errno(st.Errno), Msg: st.Msg}
+		return nil, nil, &ExecError{Stage: st.Stage, Errno: syscall.Errno(st.Errno), Msg: st.Msg}
 	}
-	return nil, &ExecError{Stage: "helper", Msg: fmt.Sprintf("the prepared sandbox ended during the start (%v, %v)", werr, rerr)}
+	return nil, nil, &ExecError{Stage: "helper", Msg: fmt.Sprintf("the prepared sandbox ended during the start (%v, %v)", werr, rerr)}
+}
+
+// ExitReport is the init's report of its command's exit (a start on a
+// prepared sandbox): the status the init would exit with, sent as soon as
+// it reaped the command, before it exits itself (and the kernel tears its
+// namespaces down, about half a millisecond for the helper's Go runtime
+// alone). The caller still reaps the init, which exits at once after.
+type ExitReport struct {
+	f *os.File
+	r *bufio.Reader
+}
+
+// Wait blocks (in the runtime poller: no thread) until the command has
+// exited and returns its status as the init's exit code would be (the
+// code, or 128+N for a death by signal N). ok is false if the init ended
+// without a report (it was killed): its own wait status then says it.
+// Called once.
+func (e *ExitReport) Wait() (status int, ok bool) {
+	if e == nil {
+		return 0, false
+	}
+	line, err := e.r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, preparedExit) {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, preparedExit)))
+	if err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// Close releases the report (safe on nil, and more than once).
+func (e *ExitReport) Close() {
+	if e != nil {
+		e.f.Close()
+	}
 }
 
 // preparedMain is the helper of a prepared sandbox: build the namespaces,
@@ -404,22 +461,54 @@ func preparedMain(p *wirePlan) helperStatus {
 	np := p.NS
 	sigs, notified := initSignals(true)
 	var ps pins
+	defer ps.close()
 	if stage, err := buildNS(np, p.Scratch, &ps); err != nil {
 		return failStatus(stage, err)
 	}
-	ps.close()
-	ps = nil
+	extra, err := nsExtraGrants(p.Policy)
+	if err != nil {
+		return failStatus("mounts", err)
+	}
+	l := layers{Grants: append(nsGrants(p.Layers), extra...)}
+	// The spawning thread, confined as far as it can be before the start.
+	thread, stage, err := newSpawnThread(p, l, &ps)
+	if err != nil {
+		return failStatus(stage, err)
+	}
 	<-notified
 	if _, err := unix.Write(statusFD, []byte(preparedReady)); err != nil {
 		os.Exit(0)
 	}
-	st, fds, err := readStart(statusFD)
-	if err == io.EOF {
-		os.Exit(0)
+	// The spawning thread itself waits for the start and forks the
+	// command (no hand-over between threads on the start's path); what it
+	// may not do confined (the devpts mount) it hands to this one.
+	mainJobs := make(chan func())
+	onMain := func(f func() error) error {
+		errc := make(chan error, 1)
+		mainJobs <- func() { errc <- f() }
+		return <-errc
 	}
-	if err != nil {
-		return failStatus("plan", err)
-	}
+	return superviseInit(p, &ps, sigs, thread, mainJobs, func(cred *syscall.Credential, filtered bool) (*os.Process, string, error) {
+		st, fds, err := readStart(statusFD)
+		if err == io.EOF {
+			os.Exit(0) // the daemon dropped it unused
+		}
+		if err != nil {
+			return nil, "plan", err
+		}
+		if stage, err := applyStart(p, st, fds, onMain); err != nil {
+			return nil, stage, err
+		}
+		return spawnCommand(p, cred, filtered)
+	})
+}
+
+// applyStart makes the start's own part of a prepared sandbox's plan (the
+// daemon moved it into the tree's cgroups): the command, its rlimits, stdio, the PTY's devpts, the
+// caller's network namespace and the working directory. onMain runs what
+// the confined spawning thread may not do on the helper's main thread.
+func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() error) error) (string, error) {
+	np := p.NS
 	want := 3
 	if st.DevPts {
 		want++
@@ -428,45 +517,42 @@ func preparedMain(p *wirePlan) helperStatus {
 		want++
 	}
 	if len(fds) != want {
-		return failStatus("plan", fmt.Errorf("%d descriptors with the start, want %d", len(fds), want))
+		return "plan", fmt.Errorf("%d descriptors with the start, want %d", len(fds), want)
 	}
 	p.Path, p.Argv, p.Env = st.Path, st.Argv, st.Env
 	np.Dir, np.Ctty = st.Dir, st.Ctty
-	for _, procs := range st.JoinCgroups {
-		if err := os.WriteFile(procs, []byte("0"), 0); err != nil {
-			return failStatus("cgroup", err)
-		}
-	}
 	for _, r := range st.Rlimits {
 		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
-			return failStatus("rlimit", fmt.Errorf("setrlimit(%d): %w", r.Resource, err))
+			return "rlimit", fmt.Errorf("setrlimit(%d): %w", r.Resource, err)
 		}
 	}
 	for i := 0; i < 3; i++ {
 		if err := unix.Dup3(fds[i], i, 0); err != nil {
-			return failStatus("plan", fmt.Errorf("stdio: %w", err))
+			return "plan", fmt.Errorf("stdio: %w", err)
 		}
 		unix.Close(fds[i]) // the init holds none of the command's stdio
 	}
 	next := 3
 	if st.DevPts {
 		// The PTY's own instance, over the one the sandbox was built with.
-		err := unix.MoveMount(fds[next], "", unix.AT_FDCWD, "/dev/pts", unix.MOVE_MOUNT_F_EMPTY_PATH)
-		unix.Close(fds[next])
+		fd := fds[next]
+		err := onMain(func() error {
+			return unix.MoveMount(fd, "", unix.AT_FDCWD, "/dev/pts", unix.MOVE_MOUNT_F_EMPTY_PATH)
+		})
+		unix.Close(fd)
 		if err != nil {
-			return failStatus("mounts", fmt.Errorf("/dev: attach the PTY's devpts: %w", err))
+			return "mounts", fmt.Errorf("/dev: attach the PTY's devpts: %w", err)
 		}
 		next++
 	}
 	if st.NetNS {
 		np.NetNSFD = fds[next]
 	}
-	if err := cgroupNS(); err != nil {
-		return failStatus("namespaces", err)
+	if err := unix.Chdir(np.Dir); err != nil {
+		return "cwd", err
 	}
-	defer ps.close()
-	return runNS(p, &ps, sigs, notified)
+	return "", nil
 }
 
 // readStart reads one preparedStart and its descriptors (close-on-exec).

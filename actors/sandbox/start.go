@@ -34,11 +34,22 @@ import (
 // confined thread could not signal its siblings, which the Go runtime does
 // to preempt goroutines).
 func Start(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
+	proc, report, err := StartReported(h, plan, attr)
+	report.Close()
+	return proc, err
+}
+
+// StartReported is Start, and for a command whose init reports the
+// command's exit (a start on a prepared sandbox, see prepared.go) that
+// report; nil otherwise. The caller that takes the report learns the
+// command's status as soon as the init reaped it, before the init (and
+// with it the namespaces) has gone: see ExitReport.
+func StartReported(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, *ExitReport, error) {
 	SealDescriptors()
 	if plan.NetNS != nil && (plan.Policy == nil || !h.namespaces()) {
 		// Only the namespaces level places a command in a given network
 		// namespace; anything else would run it on the host's network.
-		return nil, ErrNetNSUnsupported
+		return nil, nil, ErrNetNSUnsupported
 	}
 	if plan.Policy != nil && h.namespaces() {
 		return startHelper(h, plan, attr)
@@ -47,9 +58,10 @@ func Start(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 		(attr.Sys == nil || attr.Sys.Pdeathsig == 0) {
 		l, err := planFor(h, plan.Policy)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return startOnThread(h, plan, l, attr)
+		proc, err := startOnThread(h, plan, l, attr)
+		return proc, nil, err
 	}
 	return startHelper(h, plan, attr)
 }
@@ -220,12 +232,12 @@ func stageError(stage string, err error) *ExecError {
 // startHelper starts plan through the helper: the plan goes on fd 3, the
 // status comes back on fd 4, in a new mount namespace when the policy
 // needs overlays.
-func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
+func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, *ExitReport, error) {
 	plan.Dir = attr.Dir
 	plan.Ctty = attr.Sys != nil && attr.Sys.Setctty
 	wp, err := planWire(h, plan)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if wp.NS != nil && afterNamespacePlan != nil {
 		afterNamespacePlan()
@@ -237,12 +249,12 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 		key := prepKey(wp, mode)
 		defer pp.refill(h, plan.Policy, mode, key)
 		if t := pp.take(key); t != nil {
-			proc, err := startOnPrepared(t, wp, attr)
+			proc, report, err := startOnPrepared(t, wp, attr)
 			if err != errPreparedGone {
 				if err == nil {
 					pp.used.Add(1)
 				}
-				return proc, err
+				return proc, report, err
 			}
 		}
 	}
@@ -258,7 +270,7 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	}
 	l, err := newLaunch(h, wp)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	a := *attr
 	a.Env = l.Env
@@ -266,7 +278,7 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	if l.Cloneflags != 0 {
 		if (plan.DevPts != nil || plan.NetNS != nil) && len(attr.Files) != 3 {
 			l.Abort()
-			return nil, fmt.Errorf("sandbox: a start with its own devpts or network namespace takes exactly 3 stdio files, got %d", len(attr.Files))
+			return nil, nil, fmt.Errorf("sandbox: a start with its own devpts or network namespace takes exactly 3 stdio files, got %d", len(attr.Files))
 		}
 		if plan.DevPts != nil {
 			a.Files = append(a.Files, plan.DevPts)
@@ -292,11 +304,11 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 	proc, err := os.StartProcess(l.Exe, l.Argv, &a)
 	if err != nil {
 		l.Abort()
-		return nil, err
+		return nil, nil, err
 	}
 	if herr := l.Started(); herr != nil {
 		_, _ = proc.Wait() // the helper exits at once; reap it
-		return nil, herr
+		return nil, nil, herr
 	}
-	return proc, nil
+	return proc, nil, nil
 }
