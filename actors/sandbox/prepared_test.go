@@ -1226,14 +1226,20 @@ func TestPreparedCloseWhilePreparing(t *testing.T) {
 
 // TestPreparedStartErrors: a start that fails on a prepared sandbox fails
 // as on a fresh one (the same stage and errno: a working directory that
-// does not exist, a command that does not exist), and the prepared
+// does not exist or that the policy denies, a command that does not
+// exist or is not executable), and the prepared
 // sandbox it took is ended and reaped.
 func TestPreparedStartErrors(t *testing.T) {
 	h := preparedHost(t)
 	fresh := *h
 	fresh.NoPrepare = true
 	ws := t.TempDir()
+	secret := filepath.Join(ws, "secret")
+	if err := os.Mkdir(secret, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	p := codexWorkspaceWrite(ws)
+	p.Rules = append(p.Rules, Rule{Path: secret, Access: Deny})
 	for _, c := range []struct {
 		name  string
 		plan  Plan
@@ -1241,6 +1247,10 @@ func TestPreparedStartErrors(t *testing.T) {
 		errno syscall.Errno
 	}{
 		{"no-dir", shPlan(p, `exit 5`), filepath.Join(ws, "missing"), syscall.ENOENT},
+		// At the namespaces level a denied working directory does not fail
+		// the start (fresh or prepared: the command starts in the hidden,
+		// unreadable directory): errno 0, the same outcome asked.
+		{"denied-dir", shPlan(p, `ls . >/dev/null 2>&1 && echo READ; exit 5`), secret, 0},
 		{"no-command", Plan{Path: "/nonexistent/prog", Argv: []string{"prog"}, Policy: p}, ws, syscall.ENOENT},
 		{"not-executable", Plan{Path: "/etc/passwd", Argv: []string{"passwd"}, Policy: p}, ws, syscall.EACCES},
 	} {
@@ -1249,6 +1259,16 @@ func TestPreparedStartErrors(t *testing.T) {
 			primePrepared(t, h, Plan{Policy: p}, ws)
 			taken := h.prepared.readyPids()
 			_, _, gerr := runPlan(h, c.plan, c.dir)
+			if c.errno == 0 {
+				used := primePrepared(t, h, Plan{Policy: p}, ws)
+				gout, gcode, gerr := runPlan(h, c.plan, c.dir)
+				wantUsed(t, h, used, 1, "the start in a denied directory")
+				wout, wcode, werr := runPlan(&fresh, c.plan, c.dir)
+				if gout != wout || gcode != wcode || (gerr == nil) != (werr == nil) || strings.Contains(gout, "READ") {
+					t.Errorf("prepared: %d %q %v; fresh: %d %q %v", gcode, gout, gerr, wcode, wout, werr)
+				}
+				return
+			}
 			if !errors.Is(werr, c.errno) || !errors.Is(gerr, c.errno) {
 				t.Errorf("prepared: %v; fresh: %v; want both %v", gerr, werr, c.errno)
 			}
