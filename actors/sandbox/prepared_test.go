@@ -1433,3 +1433,65 @@ func TestPreparedExitReport(t *testing.T) {
 		t.Errorf("fresh: %v %v", st, err)
 	}
 }
+
+// TestPreparedInitAttacks: the command attacks its init (the prepared
+// helper, which holds the socket its start came on and its exit report
+// goes out on): its environment, descriptors (their targets: the numbers
+// can be listed) and memory are out of reach,
+// ptrace is refused, SIGSTOP and SIGKILL to pid 1 from inside are ignored
+// (the kernel protects a namespace's init), and the report still carries
+// the command's own status. A fresh sandbox gives the same answers.
+func TestPreparedInitAttacks(t *testing.T) {
+	h := preparedHost(t)
+	needPython(t)
+	fresh := *h
+	fresh.NoPrepare = true
+	ws := t.TempDir()
+	p := codexWorkspaceWrite(ws)
+	script := `o() { a=$1; shift; if "$@" >/dev/null 2>&1; then echo "$a:OK"; else echo "$a:DENIED"; fi; }
+o environ cat /proc/1/environ
+o fds ls -l /proc/1/fd/
+o fd4 sh -c 'echo forged > /proc/1/fd/4'
+o mem /usr/bin/python3 -c 'open("/proc/1/mem","r+b")'
+o ptrace /usr/bin/python3 -c 'import ctypes,sys; l=ctypes.CDLL(None, use_errno=True); sys.exit(0 if l.ptrace(16, 1, 0, 0) == 0 else 1)'
+kill -STOP 1 2>/dev/null; kill -KILL 1 2>/dev/null; kill -TERM 1 2>/dev/null
+echo alive; exit 7`
+	want, wcode, err := runPlan(&fresh, shPlan(p, script), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	used := primePrepared(t, h, Plan{Policy: p}, ws)
+	proc, report, err := StartReported(h, shPlan(p, script), &os.ProcAttr{Dir: ws, Files: []*os.File{devnull, w, w}, Sys: &syscall.SysProcAttr{Setsid: true}})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantUsed(t, h, used, 1, "the attacks on the init")
+	_ = r.SetReadDeadline(time.Now().Add(20 * time.Second))
+	got, _ := io.ReadAll(r)
+	status, ok := report.Wait()
+	report.Close()
+	st, werr := proc.Wait()
+	if string(got) != want || wcode != 7 || !ok || status != 7 || werr != nil || st.ExitCode() != 7 {
+		t.Errorf("prepared: %q, report %d %v, init %v %v; fresh: %q exit %d", got, status, ok, st, werr, want, wcode)
+	}
+	for _, a := range []string{"environ", "fds", "fd4", "mem", "ptrace"} {
+		if !strings.Contains(string(got), a+":DENIED\n") {
+			t.Errorf("%s: not denied: %q", a, got)
+		}
+	}
+	// The init is still the report's only author: "forged" went nowhere.
+	if strings.Contains(string(got), "forged") {
+		t.Errorf("output %q", got)
+	}
+}
