@@ -1436,11 +1436,11 @@ func TestPreparedExitReport(t *testing.T) {
 
 // TestPreparedInitAttacks: the command attacks its init (the prepared
 // helper, which holds the socket its start came on and its exit report
-// goes out on): its environment, descriptors (their targets: the numbers
-// can be listed) and memory are out of reach,
-// ptrace is refused, SIGSTOP and SIGKILL to pid 1 from inside are ignored
-// (the kernel protects a namespace's init), and the report still carries
-// the command's own status. A fresh sandbox gives the same answers.
+// goes out on): its environment, its descriptors' targets (their numbers
+// can be listed) and its memory are out of reach, ptrace is refused,
+// SIGSTOP and SIGKILL to pid 1 from inside are ignored (the kernel
+// protects a namespace's init), and the report still carries the
+// command's own status. A fresh sandbox gives the same answers.
 func TestPreparedInitAttacks(t *testing.T) {
 	h := preparedHost(t)
 	needPython(t)
@@ -1493,5 +1493,54 @@ echo alive; exit 7`
 	// The init is still the report's only author: "forged" went nowhere.
 	if strings.Contains(string(got), "forged") {
 		t.Errorf("output %q", got)
+	}
+}
+
+// TestPreparedTwoPolicies: Codex alternates read-only and workspace-write
+// starts: both have a sandbox waiting (maxPrepared), each start takes its
+// own. A third policy evicts the oldest: never more than maxPrepared
+// helpers wait, and the evicted one is ended and reaped.
+func TestPreparedTwoPolicies(t *testing.T) {
+	h := preparedHost(t)
+	ws, ws2 := t.TempDir(), t.TempDir()
+	ro, ww, ww2 := codexReadOnly(), codexWorkspaceWrite(ws), codexWorkspaceWrite(ws2)
+	before := helperChildren(t)
+	primePrepared(t, h, Plan{Policy: ro}, ws)
+	used := primePrepared(t, h, Plan{Policy: ww}, ws)
+	if !h.prepared.readyFor(planKey(t, h, Plan{Policy: ro})) {
+		t.Fatal("the read-only sandbox was not kept next to the workspace-write one")
+	}
+	for i, p := range []*Policy{ro, ww, ro, ww} {
+		if i > 0 {
+			h.prepared.settle()
+		}
+		if out, code, err := runPlan(h, shPlan(p, `echo ok; exit 5`), ws); err != nil || code != 5 || out != "ok\n" {
+			t.Fatalf("start %d: exit %d %q %v", i, code, out, err)
+		}
+		wantUsed(t, h, used, uint64(i+1), fmt.Sprintf("alternating start %d", i))
+	}
+	h.prepared.settle()
+	first := h.prepared.readyPids()
+	primePrepared(t, h, Plan{Policy: ww2}, ws2)
+	ready := h.prepared.readyPids()
+	if len(ready) != maxPrepared {
+		t.Errorf("waiting sandboxes: %v, want %d", ready, maxPrepared)
+	}
+	var helpers []int
+	for pid := range helperChildren(t) {
+		if !before[pid] {
+			helpers = append(helpers, pid)
+		}
+	}
+	if len(helpers) != len(ready) {
+		t.Errorf("helper children %v, waiting sandboxes %v: an evicted one is left", helpers, ready)
+	}
+	for _, pid := range first {
+		if slicesContains(ready, pid) {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Errorf("the evicted sandbox %d still exists (unreaped?)", pid)
+		}
 	}
 }
