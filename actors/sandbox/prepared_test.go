@@ -169,9 +169,11 @@ func TestPreparedAttacks(t *testing.T) {
 				p = codexWorkspaceWrite(sc.WS)
 			}
 			used := primePrepared(t, h, Plan{Policy: p}, sc.WS)
-			out, code := runIn(t, h, p, sc.WS, sc.Script(sc.FD))
+			// exit 5: a helper built with -race sleeps a second before it
+			// exits 0.
+			out, code := runIn(t, h, p, sc.WS, sc.Script(sc.FD)+"exit 5\n")
 			wantUsed(t, h, used, 1, "the attacks")
-			if code != 0 {
+			if code != 5 {
 				t.Errorf("exit %d", code)
 			}
 			sc.Check(t, out, mode)
