@@ -44,7 +44,7 @@ import (
 //   - loopback up in the empty network namespace.
 //
 // With a pid namespace the helper stays as its init (pid 1): it starts the
-// command (pid 2) in a session of its own, with the terminal as its
+// command (not pid 1: the init's own threads take the first numbers) in a session of its own, with the terminal as its
 // controlling terminal, from a throwaway confined thread, forwards every
 // signal the daemon sends it to the command's process group, reaps
 // orphans, and exits with the command's status (128+N for a signal) as
@@ -296,7 +296,9 @@ func setupMounts(np *nsPlan, scratch string, ps *pins) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
-	unix.Umask(0)
+	// Mount points and stubs with exact modes; the command gets the
+	// daemon's umask back.
+	defer unix.Umask(unix.Umask(0))
 	// Clones of the writable entries, taken while the tree still has the
 	// host's flags; stubs' mount points, created while their parent is
 	// still writable.

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,7 +99,9 @@ func netMode(plan Plan) string {
 }
 
 // prepKey is what a prepared sandbox was built from: the namespace wire
-// plan without what is the start's alone.
+// plan without what is the start's alone, and the daemon's mount table
+// (the sandbox's view is a copy of it: a mount made or removed since the
+// preparation must not be missing from, or linger in, the command's).
 func prepKey(wp wirePlan, mode string) string {
 	k := struct {
 		Mode   string  `json:"mode"`
@@ -105,10 +109,23 @@ func prepKey(wp wirePlan, mode string) string {
 		Layers layers  `json:"layers"`
 		NS     nsPlan  `json:"ns"`
 		Scrtch string  `json:"scratch"`
-	}{Mode: mode, Policy: wp.Policy, Layers: wp.Layers, NS: *wp.NS, Scrtch: wp.Scratch}
-	k.NS.Dir, k.NS.Ctty, k.NS.DevPtsFD, k.NS.NetNSFD, k.NS.NetNS = "", false, 0, 0, false
+		Mounts string  `json:"mounts"`
+	}{Mode: mode, Policy: wp.Policy, Layers: wp.Layers, NS: *wp.NS, Scrtch: wp.Scratch, Mounts: mountTable()}
+	k.NS.Dir, k.NS.Ctty, k.NS.DevPtsFD, k.NS.NetNSFD, k.NS.NetNS, k.NS.GivenNetNS = "", false, 0, 0, false, false
 	b, _ := json.Marshal(k)
 	return string(b)
+}
+
+// mountTable digests the daemon's mount table (its main thread's mount
+// namespace, which sandboxes copy; "" if unreadable, which no table
+// digests to).
+func mountTable() string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 func (t *preparedSandbox) discard() {
@@ -273,7 +290,7 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 		flags |= unix.CLONE_NEWNET
 	}
 	proc, err := os.StartProcess(h.exe(), []string{helperArg0}, &os.ProcAttr{
-		Env:   []string{helperEnv, "GOMAXPROCS=1", "GOGC=off"},
+		Env:   []string{helperEnv, "GOMAXPROCS=1", "GOGC=off", raceExitNow},
 		Files: []*os.File{devnull, devnull, devnull, planR, theirs},
 		Sys:   &syscall.SysProcAttr{Setsid: true, Cloneflags: flags},
 	})
@@ -404,6 +421,12 @@ func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Pr
 	}
 	t.sock.Close()
 	_, _ = t.proc.Wait() // it exits (or has exited) without the command
+	if line == "" && errors.Is(rerr, unix.ECONNRESET) {
+		// It was gone before it read the whole start (a reset means
+		// unread data on its side; it reads the start to the end before it
+		// does anything of it): the command never ran.
+		return nil, nil, errPreparedGone
+	}
 	if line != "" {
 		var st helperStatus
 		if err := json.Unmarshal([]byte(line), &st); err != nil {

@@ -242,7 +242,7 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, *ExitRepor
 	if wp.NS != nil && afterNamespacePlan != nil {
 		afterNamespacePlan()
 	}
-	if pp := h.preparedPool(wp); pp != nil {
+	if pp := h.preparedPool(wp); pp != nil && preparedAttr(attr) {
 		// A sandbox prepared for this very plan, if one is ready; the next
 		// is prepared in the background once this start returned.
 		mode := netMode(plan)
@@ -311,4 +311,14 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, *ExitRepor
 		return nil, nil, herr
 	}
 	return proc, nil, nil
+}
+
+// preparedAttr reports whether a prepared sandbox can honour attr: it was
+// started ahead in a session of its own, by another thread, so a start
+// that asks for a parent-death signal, a process group, a foreground
+// terminal, credentials or namespaces of its own starts its own helper.
+func preparedAttr(attr *os.ProcAttr) bool {
+	s := attr.Sys
+	return s == nil || (s.Pdeathsig == 0 && !s.Setpgid && !s.Foreground && !s.Noctty && s.Credential == nil &&
+		s.Cloneflags == 0 && s.Unshareflags == 0 && s.Chroot == "" && len(s.AmbientCaps) == 0)
 }

@@ -1,0 +1,284 @@
+package sandbox
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// stageDir is a fresh directory outside /tmp (Codex's workspace-write
+// opens /tmp to writes).
+func stageDir(t *testing.T) string {
+	t.Helper()
+	base, err := os.MkdirTemp("/var/tmp", "runtimed-prepared-")
+	if err != nil {
+		t.Skipf("no directory outside /tmp: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	return base
+}
+
+// TestPreparedStaleSocket: a UNIX socket the host binds after the sandbox
+// was prepared (outside the writable roots) is out of reach, as it is
+// from a sandbox built for the start: the start's plan covers it, which
+// the prepared one did not, so the prepared sandbox is not used.
+func TestPreparedStaleSocket(t *testing.T) {
+	h := preparedHost(t)
+	needPython(t)
+	dir := stageDir(t)
+	p := codexReadOnly()
+	used := primePrepared(t, h, Plan{Policy: p}, dir)
+	sock := filepath.Join(dir, "late.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	out, code, err := runPlan(h, shPlan(p, `/usr/bin/python3 -c 'import socket,sys
+s=socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); print("CONNECTED")
+except OSError as e:
+    print("REFUSED", type(e).__name__)' `+sock+`; exit 5`), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantUsed(t, h, used, 0, "a start after a host socket was bound")
+	if code != 5 || (!strings.Contains(out, "REFUSED ConnectionRefusedError") && !strings.Contains(out, "REFUSED PermissionError")) {
+		t.Errorf("the socket bound after the preparation: exit %d, %q", code, out)
+	}
+	_ = ln.SetDeadline(time.Now())
+	if c, err := ln.Accept(); err == nil {
+		c.Close()
+		t.Errorf("a sandboxed process connected to the socket bound after the preparation")
+	}
+}
+
+// TestPreparedStaleWorkspace: the workspace removed and made again at the
+// same path after the preparation: the command's writes land in the new
+// directory (a sandbox prepared with the old one is not used).
+func TestPreparedStaleWorkspace(t *testing.T) {
+	h := preparedHost(t)
+	ws := filepath.Join(stageDir(t), "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := codexWorkspaceWrite(ws)
+	used := primePrepared(t, h, Plan{Policy: p}, ws)
+	if err := os.RemoveAll(ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, code, err := runPlan(h, shPlan(p, `echo new > f && cat f; exit 5`), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantUsed(t, h, used, 0, "a start after the workspace was made again")
+	if code != 5 || out != "new\n" {
+		t.Errorf("exit %d, output %q", code, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "f")); err != nil || string(b) != "new\n" {
+		t.Errorf("the write did not land in the new workspace: %q %v", b, err)
+	}
+}
+
+// TestPreparedStaleGitSymlink: the workspace's .git (the stub a start
+// made) replaced, after the preparation, by a symlink to a host directory
+// the policy lets the command write (/tmp): the command cannot write
+// through it (the start's plan protects the target, which the prepared
+// one did not: it is not used).
+func TestPreparedStaleGitSymlink(t *testing.T) {
+	h := preparedHost(t)
+	ws := filepath.Join(stageDir(t), "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target := t.TempDir() // under /tmp: writable by the policy itself
+	p := codexWorkspaceWrite(ws)
+	used := primePrepared(t, h, Plan{Policy: p}, ws)
+	git := filepath.Join(ws, ".git")
+	if st, err := os.Lstat(git); err != nil || !st.IsDir() {
+		t.Fatalf("no .git stub after the priming start: %v", err)
+	}
+	if err := os.Remove(git); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, git); err != nil {
+		t.Fatal(err)
+	}
+	out, code, err := runPlan(h, shPlan(p, `{ echo pwn > .git/config; } 2>/dev/null && echo WROTE || echo DENIED; mkdir .git/hooks 2>/dev/null && echo MKDIR || echo DENIED-mkdir; exit 5`), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantUsed(t, h, used, 0, "a start after .git became a symlink")
+	if code != 5 || out != "DENIED\nDENIED-mkdir\n" {
+		t.Errorf("exit %d, output %q", code, out)
+	}
+	if ents, _ := os.ReadDir(target); len(ents) != 0 {
+		t.Errorf("written through the .git symlink: %v", ents)
+	}
+}
+
+// TestPreparedStaleRuleSymlink: a rule's path (a writable root) replaced
+// by a symlink to another directory after the preparation: the start
+// behaves as a start on a sandbox built for it does (compared with one),
+// and does not use the prepared sandbox.
+func TestPreparedStaleRuleSymlink(t *testing.T) {
+	h := preparedHost(t)
+	fresh := *h
+	fresh.NoPrepare = true
+	base := stageDir(t)
+	ws, elsewhere := filepath.Join(base, "ws"), filepath.Join(base, "elsewhere")
+	for _, d := range []string{ws, elsewhere} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := codexWorkspaceWrite(ws)
+	used := primePrepared(t, h, Plan{Policy: p}, ws)
+	if err := os.Rename(ws, ws+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, ws); err != nil {
+		t.Fatal(err)
+	}
+	script := `{ echo x > f; } 2>/dev/null && echo WROTE-f || echo DENIED-f; pwd -P; ls -a | tr '\n' ' '; exit 5`
+	got, gcode, gerr := runPlan(h, shPlan(p, script), ws)
+	wantUsed(t, h, used, 0, "a start after a rule's path became a symlink")
+	gotFiles := dirNames(t, elsewhere, ws+".old")
+	for _, d := range []string{elsewhere, ws + ".old"} {
+		os.Remove(filepath.Join(d, "f"))
+	}
+	want, wcode, werr := runPlan(&fresh, shPlan(p, script), ws)
+	wantFiles := dirNames(t, elsewhere, ws+".old")
+	t.Logf("prepared: exit %d %v %q; fresh: exit %d %v %q; files %v / %v", gcode, gerr, got, wcode, werr, want, gotFiles, wantFiles)
+	if got != want || gcode != wcode || (gerr == nil) != (werr == nil) || gotFiles != wantFiles {
+		t.Errorf("prepared: exit %d %v %q, files %s; fresh: exit %d %v %q, files %s", gcode, gerr, got, gotFiles, wcode, werr, want, wantFiles)
+	}
+}
+
+func dirNames(t *testing.T, dirs ...string) string {
+	t.Helper()
+	var out []string
+	for _, d := range dirs {
+		ents, _ := os.ReadDir(d)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		out = append(out, filepath.Base(d)+":"+strings.Join(names, ","))
+	}
+	return strings.Join(out, " ")
+}
+
+// TestPreparedStaleMount: the host makes a directory of the workspace
+// read-only with a bind mount after the preparation (a mount, not a file:
+// no rule names it, so the plan does not change). A sandbox built for the
+// start clones the workspace with its mounts and the command cannot write
+// there; the prepared sandbox's mount namespace was copied before the
+// mount existed.
+//
+// Fails at 6edc830: the plan (prepKey) does not change with the host's
+// mount table, so the prepared sandbox is used and the command writes
+// under the host's read-only mount. A prepared sandbox's view is fresh
+// for files (one file system) but frozen for mounts (a private copy of
+// the mount table made at preparation). Suggested fix: key (or discard)
+// prepared sandboxes by the daemon's mount table, e.g. hold
+// /proc/self/mountinfo open and poll it (POLLPRI|POLLERR: the kernel
+// signals every mount or unmount in the namespace) and discard the
+// waiting sandboxes on a change, or put a hash of mountinfo in prepKey.
+func TestPreparedStaleMount(t *testing.T) {
+	h := preparedHost(t)
+	fresh := *h
+	fresh.NoPrepare = true
+	ws := filepath.Join(stageDir(t), "ws")
+	sub := filepath.Join(ws, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := codexWorkspaceWrite(ws)
+	used := primePrepared(t, h, Plan{Policy: p}, ws)
+	if err := unix.Mount(sub, sub, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("bind mount: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(sub, unix.MNT_DETACH) })
+	if err := unix.Mount("", sub, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		t.Fatal(err)
+	}
+	script := `{ echo x > sub/f; } 2>/dev/null && echo WROTE || echo DENIED; exit 5`
+	got, gcode, err := runPlan(h, shPlan(p, script), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	usedNow := h.prepared.usedCount() - used
+	want, wcode, err := runPlan(&fresh, shPlan(p, script), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("prepared sandbox used: %d; prepared %q (exit %d), fresh %q (exit %d)", usedNow, got, gcode, want, wcode)
+	if want != "DENIED\n" {
+		t.Fatalf("a fresh sandbox wrote under the host's read-only mount: %q", want)
+	}
+	if got != want || gcode != wcode {
+		t.Errorf("a host mount made after the preparation: prepared sandbox (used %d) %q, fresh %q", usedNow, got, want)
+	}
+}
+
+// TestPreparedStaleUnmount: the reverse of TestPreparedStaleMount: a file
+// system mounted in the workspace when the sandbox was prepared and
+// unmounted by the host before the start. A sandbox built for the start
+// writes into the directory the host sees; the prepared one still has the
+// old mount (and keeps that file system alive).
+//
+// Fails at 6edc830 (the command's write goes to the detached tmpfs and is
+// lost): the same cause and fix as TestPreparedStaleMount.
+func TestPreparedStaleUnmount(t *testing.T) {
+	h := preparedHost(t)
+	fresh := *h
+	fresh.NoPrepare = true
+	ws := filepath.Join(stageDir(t), "ws")
+	sub := filepath.Join(ws, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=64k"); err != nil {
+		t.Skipf("tmpfs: %v", err)
+	}
+	mounted := true
+	t.Cleanup(func() {
+		if mounted {
+			_ = unix.Unmount(sub, unix.MNT_DETACH)
+		}
+	})
+	p := codexWorkspaceWrite(ws)
+	used := primePrepared(t, h, Plan{Policy: p}, ws)
+	if err := unix.Unmount(sub, 0); err != nil {
+		t.Fatalf("unmount: %v", err)
+	}
+	mounted = false
+	script := `echo x > sub/f && echo WROTE; exit 5`
+	if out, code, err := runPlan(h, shPlan(p, script), ws); err != nil || code != 5 || out != "WROTE\n" {
+		t.Fatalf("prepared: exit %d %q %v", code, out, err)
+	}
+	usedNow := h.prepared.usedCount() - used
+	_, gotErr := os.Stat(filepath.Join(sub, "f"))
+	os.Remove(filepath.Join(sub, "f"))
+	if out, code, err := runPlan(&fresh, shPlan(p, script), ws); err != nil || code != 5 || out != "WROTE\n" {
+		t.Fatalf("fresh: exit %d %q %v", code, out, err)
+	}
+	_, wantErr := os.Stat(filepath.Join(sub, "f"))
+	t.Logf("prepared sandbox used: %d; the file on the host after the prepared start: %v, after the fresh one: %v", usedNow, gotErr, wantErr)
+	if wantErr != nil {
+		t.Fatalf("a fresh sandbox's write is not on the host: %v", wantErr)
+	}
+	if gotErr != nil {
+		t.Errorf("a file system unmounted after the preparation: the prepared sandbox (used %d) wrote into it, not into the host's directory (%v)", usedNow, gotErr)
+	}
+}
