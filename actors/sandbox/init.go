@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -108,6 +109,13 @@ func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Pro
 	if p.Prepare {
 		for i, fd := range p.NS.Stdio {
 			stdio[i] = os.NewFile(uintptr(fd), "stdio")
+		}
+	}
+	if p.Prepare {
+		// The sandbox was prepared at a lower priority: the command runs
+		// at the daemon's (this thread's nice is what the fork copies).
+		if err := unix.Setpriority(unix.PRIO_PROCESS, 0, 0); err != nil {
+			return nil, "credentials", fmt.Errorf("setpriority(0): %w", err)
 		}
 	}
 	proc, err := os.StartProcess(p.Path, p.Argv, &os.ProcAttr{Env: p.Env, Files: stdio, Sys: sys})

@@ -65,6 +65,10 @@ type preparedPool struct {
 // shared pages) until it is used, replaced or the Host closed.
 const maxPrepared = 2
 
+// preparedNice is the priority a sandbox is prepared at (see
+// prepareSandbox); its command runs at the daemon's.
+const preparedNice = 10
+
 // preparedTimeout bounds a preparation (the helper's start and mounts).
 const preparedTimeout = 10 * time.Second
 
@@ -289,10 +293,18 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 	if wp.NS.NetNS {
 		flags |= unix.CLONE_NEWNET
 	}
-	proc, err := os.StartProcess(h.exe(), []string{helperArg0}, &os.ProcAttr{
-		Env:   []string{helperEnv, "GOMAXPROCS=1", "GOGC=off", raceExitNow},
-		Files: []*os.File{devnull, devnull, devnull, planR, theirs},
-		Sys:   &syscall.SysProcAttr{Setsid: true, Cloneflags: flags},
+	// Forked from a thread of lower priority (nice preparedNice, which
+	// the helper's threads inherit): a preparation runs while the start
+	// that asked for it runs its command, and must not take the CPU from
+	// it. The spawning thread takes priority 0 back for the command.
+	var proc *os.Process
+	onThrowawayThread(func() {
+		_ = unix.Setpriority(unix.PRIO_PROCESS, 0, preparedNice) // this thread
+		proc, err = os.StartProcess(h.exe(), []string{helperArg0}, &os.ProcAttr{
+			Env:   []string{helperEnv, "GOMAXPROCS=1", "GOGC=off", raceExitNow},
+			Files: []*os.File{devnull, devnull, devnull, planR, theirs},
+			Sys:   &syscall.SysProcAttr{Setsid: true, Cloneflags: flags},
+		})
 	})
 	if err != nil {
 		return nil, err
