@@ -55,8 +55,10 @@ type preparedPool struct {
 	closed    bool
 	wg        sync.WaitGroup
 
-	used   atomic.Uint64 // starts served by a prepared sandbox (tests)
-	failed atomic.Uint64 // preparations that failed (tests)
+	// Counters, read by Host.PreparedStats (metrics) and tests.
+	used   atomic.Uint64 // starts served by a prepared sandbox
+	failed atomic.Uint64 // preparations that failed
+	missed atomic.Uint64 // eligible starts that started a fresh helper: none ready for their plan, or the one taken was gone
 }
 
 // maxPrepared is how many policies have a sandbox waiting (Codex

@@ -257,6 +257,7 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, *ExitRepor
 				return proc, report, err
 			}
 		}
+		pp.missed.Add(1) // none ready, or it was gone: a fresh helper
 	}
 	if wp.NS != nil && wp.NS.NetNS {
 		// An empty network namespace made ahead, if one is ready; the next
