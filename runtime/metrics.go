@@ -100,6 +100,9 @@ func registerSandboxMetrics(reg *prometheus.Registry, h *sandbox.Host) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "runtimed_sandbox_prepared_failures_total",
 			Help: "Preparations of a sandbox ahead that failed (the next start of that plan starts a fresh one)."},
 			stat(func(_, f, _ uint64) uint64 { return f })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "runtimed_sandbox_prepared_ready",
+			Help: "Sandboxes prepared ahead waiting for a start (one per plan, at most two plans)."},
+			func() float64 { return float64(h.PreparedReady()) }),
 	)
 }
 

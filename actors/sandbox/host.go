@@ -224,6 +224,18 @@ func (h *Host) PreparedStats() (used, failed, missed uint64) {
 	return pp.used.Load(), pp.failed.Load(), pp.missed.Load()
 }
 
+// PreparedReady reports how many prepared sandboxes wait for a start
+// (at most one per plan, at most two plans; 0 where nothing is prepared).
+// Safe for concurrent use.
+func (h *Host) PreparedReady() int {
+	if h == nil || h.prepared == nil {
+		return 0
+	}
+	h.prepared.mu.Lock()
+	defer h.prepared.mu.Unlock()
+	return len(h.prepared.ready)
+}
+
 // namespaces reports whether sandboxed starts take the namespaces level.
 func (h *Host) namespaces() bool { return h != nil && h.Level != LevelLandlock }
 
