@@ -26,11 +26,21 @@ type preparedServer struct {
 // startPreparedServer starts a websocket server with a metrics listener
 // (stdio serves no /metrics: --metrics-listen applies to a websocket
 // --listen only).
-func startPreparedServer(t *testing.T) preparedServer {
+// A nice value other than 0 runs it under nice(1).
+func startPreparedServer(t *testing.T, nice int) preparedServer {
 	t.Helper()
 	var ps preparedServer
-	ps.srv = wiretest.StartWS(t, bin, "--metrics-listen", "127.0.0.1:0")
-	ps.c = dial(t, ps.srv.URL, nil)
+	args := []string{"serve", "--listen", "ws://127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}
+	if nice == 0 {
+		ps.srv = wiretest.Start(t, bin, args...)
+	} else {
+		ps.srv = wiretest.Start(t, "/usr/bin/nice", append([]string{"-n", strconv.Itoa(nice), bin}, args...)...)
+	}
+	url, err := ps.srv.FirstLine(tctx(t, wait))
+	if err != nil {
+		t.Fatalf("server did not start: %v\n%s", err, ps.srv.Stderr())
+	}
+	ps.c = dial(t, url, nil)
 	if _, err := ps.c.Initialize(tctx(t, wait)); err != nil {
 		t.Fatalf("initialize: %v", err)
 	}
@@ -128,7 +138,7 @@ func procsWith(marker string) []string {
 // exit), and a SIGKILL of a tree with a background child leaving nothing.
 func TestSandboxPreparedOverTheWire(t *testing.T) {
 	t.Parallel()
-	ps := startPreparedServer(t)
+	ps := startPreparedServer(t, 0)
 	c := ps.c
 	ctx := tctx(t, 4*wait)
 	ws := t.TempDir()
@@ -297,5 +307,45 @@ cut -d' ' -f19 /proc/self/stat`
 	})
 	if st := ps.stats(t); st.failed != 0 {
 		t.Errorf("preparations failed: %+v", st)
+	}
+}
+
+// TestSandboxPreparedDaemonNice: a daemon run at nice 5 runs its commands
+// at nice 5, on a fresh sandbox and on one prepared (at nice 10) alike.
+func TestSandboxPreparedDaemonNice(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/usr/bin/nice"); err != nil {
+		t.Skip("no /usr/bin/nice")
+	}
+	ps := startPreparedServer(t, 5)
+	ws := t.TempDir()
+	for _, d := range []string{".git", ".agents", ".codex"} {
+		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := tctx(t, 2*wait)
+	nice := func(id string) string {
+		req := startReq{StartParams: wiretest.StartParams{ProcessID: id, Argv: []string{"/usr/bin/cut", "-d", " ", "-f19", "/proc/self/stat"},
+			Cwd: "file://" + ws, Env: baseEnv()}, Sandbox: codexWorkspaceWrite(ws, "restricted")}
+		if _, err := call(ctx, ps.c, "process/start", req); err != nil {
+			if strings.Contains(err.Error(), "cannot be enforced on this host") {
+				t.Skipf("host: %v", err)
+			}
+			t.Fatalf("start %s: %v", id, err)
+		}
+		return string(mustCollect(t, ps.c, id).Output())
+	}
+	if got := nice("fresh"); got != "5\n" {
+		t.Errorf("fresh sandbox of a daemon at nice 5: the command's nice is %q", got)
+	}
+	before := ps.waitReady(t)
+	got := nice("prepared")
+	after := ps.stats(t)
+	if after.used != before.used+1 {
+		t.Fatalf("the second start was not served prepared: before %+v after %+v", before, after)
+	}
+	if got != "5\n" {
+		t.Errorf("prepared sandbox of a daemon at nice 5: the command's nice is %q, want 5 as a fresh start's", got)
 	}
 }
