@@ -298,10 +298,11 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 	// Forked from a thread of lower priority (nice preparedNice, which
 	// the helper's threads inherit): a preparation runs while the start
 	// that asked for it runs its command, and must not take the CPU from
-	// it. The spawning thread takes priority 0 back for the command.
+	// it. The spawning thread takes the start's priority back for the
+	// command (preparedStart.Nice). Never above the daemon's priority.
 	var proc *os.Process
 	onThrowawayThread(func() {
-		_ = unix.Setpriority(unix.PRIO_PROCESS, 0, preparedNice) // this thread
+		_ = unix.Setpriority(unix.PRIO_PROCESS, 0, max(preparedNice, threadNice())) // this thread
 		proc, err = os.StartProcess(h.exe(), []string{helperArg0}, &os.ProcAttr{
 			Env:   []string{helperEnv, "GOMAXPROCS=1", "GOGC=off", raceExitNow},
 			Files: []*os.File{devnull, devnull, devnull, planR, theirs},
@@ -358,6 +359,19 @@ type preparedStart struct {
 	DevPts  bool     `json:"devpts,omitempty"`
 	Cgroup  bool     `json:"cgroup,omitempty"`
 	NetNS   bool     `json:"netns,omitempty"`
+	// Nice is the start's priority: the nice value of the daemon's thread
+	// that makes it (which a fresh helper, forked from that thread, would
+	// inherit); the sandbox itself was prepared at a lower one.
+	Nice int `json:"nice"`
+}
+
+// threadNice is the calling thread's nice value (0 if unreadable).
+func threadNice() int {
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err != nil {
+		return 0
+	}
+	return 20 - prio // the system call answers 20 - nice
 }
 
 // errPreparedGone: the prepared sandbox could not take the start (it was
@@ -373,7 +387,7 @@ func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Pr
 		return nil, nil, err
 	}
 	msg := preparedStart{Path: wp.Path, Argv: wp.Argv, Env: wp.Env, Dir: wp.NS.Dir, Ctty: wp.NS.Ctty,
-		Rlimits: wp.Rlimits, DevPts: wp.Plan.DevPts != nil, NetNS: wp.Plan.NetNS != nil}
+		Rlimits: wp.Rlimits, DevPts: wp.Plan.DevPts != nil, NetNS: wp.Plan.NetNS != nil, Nice: threadNice()}
 	files := make([]int, 0, 5)
 	for i := 0; i < 3; i++ {
 		if i < len(attr.Files) && attr.Files[i] != nil {
@@ -558,7 +572,7 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 		return "plan", fmt.Errorf("%d descriptors with the start, want %d", len(fds), want)
 	}
 	p.Path, p.Argv, p.Env = st.Path, st.Argv, st.Env
-	np.Dir, np.Ctty = st.Dir, st.Ctty
+	np.Dir, np.Ctty, np.Nice = st.Dir, st.Ctty, st.Nice
 	for _, r := range st.Rlimits {
 		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
