@@ -199,11 +199,12 @@ func (h *Host) Close() error {
 	return os.RemoveAll(h.Scratch)
 }
 
-// preparedPool is the pool a start of wp takes a prepared sandbox from
-// and refills (nil: wp is not prepared ahead: not at the namespaces
-// level, no pid namespace, or the host says no).
-func (h *Host) preparedPool(wp wirePlan) *preparedPool {
-	if h == nil || h.NoPrepare || wp.NS == nil || !wp.NS.PidNS {
+// preparedFor is the pool a start of plan with attr takes a prepared
+// sandbox from and refills (nil: not prepared ahead: no policy, not at
+// the namespaces level, no pid namespace, the host says no, or attr asks
+// for what a prepared helper cannot give, see preparedAttr).
+func (h *Host) preparedFor(plan Plan, attr *os.ProcAttr) *preparedPool {
+	if h == nil || h.NoPrepare || plan.Policy == nil || !h.namespaces() || h.PidNamespace == PidInherit || !preparedAttr(attr) {
 		return nil
 	}
 	return h.prepared
@@ -213,7 +214,8 @@ func (h *Host) preparedPool(wp wirePlan) *preparedPool {
 // probed: used is the starts served by a prepared sandbox, missed the
 // starts that could have been (namespaces level, pid namespace isolated,
 // nothing asked that a prepared sandbox cannot honour) but started a fresh
-// helper (none was ready for their plan, or the one taken had died), failed
+// helper (none was ready for their policy, the one taken had died, or
+// their plan, made meanwhile, was not the one it was built from), failed
 // the preparations that failed. All zero where nothing is prepared (nil
 // Host, not at the namespaces level, NoPrepare). Safe for concurrent use.
 func (h *Host) PreparedStats() (used, failed, missed uint64) {
