@@ -282,3 +282,76 @@ func TestReviewPreparedCloseRace(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewPreparedConfinementAsFresh: the spawning thread confined
+// ahead gives the command the confinement a fresh start gives, in each
+// network mode a prepared sandbox is made for (own empty namespace, the
+// host's network): every capability set, no_new_privs, the seccomp mode
+// and its number of filters (one more would mean a filter installed twice,
+// one less a missing one), credentials, Landlock (writes outside the
+// roots), the cgroup namespace and the network interfaces. (A user
+// namespace can be made in both: the filter does not refuse it.)
+func TestReviewPreparedConfinementAsFresh(t *testing.T) {
+	h := preparedHost(t)
+	fresh := *h
+	fresh.NoPrepare = true
+	base, err := os.MkdirTemp("/var/tmp", "runtimed-review-")
+	if err != nil {
+		t.Skipf("no directory outside /tmp: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
+	for _, d := range []string{ws, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := `grep -E '^(Cap|NoNewPrivs|Seccomp|Uid|Gid|Groups)' /proc/self/status
+o() { a=$1; shift; if "$@" >/dev/null 2>&1; then echo "$a:OK"; else echo "$a:DENIED"; fi; }
+o ws-write sh -c 'echo x > ` + ws + `/w'
+o outside-write sh -c 'echo x > ` + outside + `/w'
+o outside-mkdir mkdir ` + outside + `/d
+o etc-write sh -c 'echo x >> /etc/hostname'
+o root-write sh -c 'echo x > /w'
+o fd-write sh -c 'exec 9<>` + outside + `/w9'
+o unshare unshare -U true
+o mount mount -t tmpfs none ` + ws + `
+cat /proc/self/cgroup; awk 'NR>2{print $1}' /proc/net/dev; exit 4`
+	for _, c := range []struct {
+		name string
+		p    *Policy
+	}{
+		{"own-network", codexWorkspaceWrite(ws)},
+		{"host-network", func() *Policy { p := codexWorkspaceWrite(ws); p.Network = true; return p }()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want, wcode, err := runPlan(&fresh, shPlan(c.p, script), ws)
+			if err != nil || wcode != 4 {
+				t.Fatalf("fresh: %q exit %d %v", want, wcode, err)
+			}
+			used := primePrepared(t, h, Plan{Policy: c.p}, ws)
+			got, gcode, err := runPlan(h, shPlan(c.p, script), ws)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantUsed(t, h, used, 1, c.name)
+			if got != want || gcode != wcode {
+				t.Errorf("prepared (exit %d):\n%s\nfresh (exit %d):\n%s", gcode, got, wcode, want)
+			}
+			for _, a := range []string{"outside-write", "outside-mkdir", "etc-write", "root-write", "fd-write", "mount"} {
+				if !strings.Contains(got, a+":DENIED\n") {
+					t.Errorf("%s not denied on a prepared start: %q", a, got)
+				}
+			}
+			if !strings.Contains(got, "ws-write:OK\n") || !strings.Contains(got, "NoNewPrivs:\t1\n") || !strings.Contains(got, "Seccomp:\t2\n") {
+				t.Errorf("prepared start's confinement: %q", got)
+			}
+			// Interfaces: the own namespace has lo alone; the host's network
+			// has more than lo.
+			_, ifaces, _ := strings.Cut(got, "\n0::/\n")
+			if own := !c.p.Network; own != (ifaces == "lo:\n") {
+				t.Errorf("own network %v: interfaces %q", own, ifaces)
+			}
+		})
+	}
+}
