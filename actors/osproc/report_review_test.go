@@ -193,37 +193,49 @@ func TestReviewReportInitKilled(t *testing.T) {
 }
 
 // TestReviewReportReleaseWhileWaiting: Release while Wait is still blocked
-// on the report (the owner gives up on a running command): Release returns
-// within its bound (1 s and the group's kill), the tree is killed, and Wait
-// then returns.
+// (the owner gives up on a running command): Release returns within its
+// bound (1 s and the group's kill), the tree is killed, the init is
+// reaped, and Wait then returns what it returns for a fresh start (the
+// init's death by SIGKILL).
 func TestReviewReportReleaseWhileWaiting(t *testing.T) {
-	prep, _ := reviewIso(t)
-	s := startReviewed(t, prep, `echo ready; exec sleep 30`, true)
-	waitReady(t, s)
-	done := make(chan int, 1)
-	go func() { done <- s.Wait() }()
-	t0 := time.Now()
-	s.CloseOutputs()
-	s.Release()
-	if d := time.Since(t0); d > 3*time.Second {
-		t.Errorf("Release took %v", d)
-	}
-	select {
-	case code := <-done:
-		c1, s1 := SplitWait(code)
-		t.Logf("Wait after Release: exitCode %d exitSignal %d (Release took %v)", c1, s1, time.Since(t0))
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(s.pid, syscall.SIGKILL)
-		<-done
-		t.Fatal("Wait still blocked 10 s after Release: the tree was not killed")
-	}
-	// The init reaped in the background by Wait's goroutine: gone soon.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if err := syscall.Kill(s.pid, 0); err == syscall.ESRCH {
-			break
+	prep, fresh := reviewIso(t)
+	run := func(iso Isolation, onPrepared bool) (int, time.Duration) {
+		s := startReviewed(t, iso, `echo ready; exec sleep 30`, onPrepared)
+		waitReady(t, s)
+		done := make(chan int, 1)
+		go func() { done <- s.Wait() }()
+		t0 := time.Now()
+		s.CloseOutputs()
+		s.Release()
+		took := time.Since(t0)
+		if took > 3*time.Second {
+			t.Errorf("prepared %v: Release took %v", onPrepared, took)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the init %d is still there (unreaped?)", s.pid)
+		var code int
+		select {
+		case code = <-done:
+		case <-time.After(10 * time.Second):
+			_ = syscall.Kill(s.pid, syscall.SIGKILL)
+			<-done
+			t.Fatalf("prepared %v: Wait still blocked 10 s after Release: the tree was not killed", onPrepared)
 		}
+		// The init reaped (by Wait, or its background goroutine): gone.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if err := syscall.Kill(s.pid, 0); err == syscall.ESRCH {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("prepared %v: the init %d is still there (unreaped?)", onPrepared, s.pid)
+			}
+		}
+		return code, took
+	}
+	want, wtook := run(fresh, false)
+	got, gtook := run(prep, true)
+	wc, ws := SplitWait(want)
+	gc, gs := SplitWait(got)
+	t.Logf("Release took %v fresh, %v prepared", wtook, gtook)
+	if got != want {
+		t.Errorf("Wait after Release: prepared exitCode %d exitSignal %d, fresh exitCode %d exitSignal %d", gc, gs, wc, ws)
 	}
 }
