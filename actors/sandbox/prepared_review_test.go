@@ -355,3 +355,29 @@ cat /proc/self/cgroup; awk 'NR>2{print $1}' /proc/net/dev; exit 4`
 		})
 	}
 }
+
+// TestReviewPreparedSignalToInit: the command signals its init (pid 1)
+// with signals the init catches and forwards: refused (EPERM), on a
+// prepared sandbox as on a fresh one; nothing comes back to the command
+// and the status is its own.
+func TestReviewPreparedSignalToInit(t *testing.T) {
+	h := preparedHost(t)
+	fresh := *h
+	fresh.NoPrepare = true
+	ws := t.TempDir()
+	p := codexWorkspaceWrite(ws)
+	script := `trap 'echo got-usr1' USR1; kill -USR1 1; kill -TERM 1; i=0; while [ $i -lt 30 ]; do sleep 0.01; i=$((i+1)); done; echo alive; exit 7`
+	want, wcode, err := runPlan(&fresh, shPlan(p, script), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := primePrepared(t, h, Plan{Policy: p}, ws)
+	got, gcode, err := runPlan(h, shPlan(p, script), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantUsed(t, h, used, 1, "signals to the init")
+	if got != want || gcode != wcode || gcode != 7 || strings.Count(got, "Operation not permitted") != 2 || strings.Contains(got, "got-usr1") {
+		t.Errorf("prepared %q exit %d, fresh %q exit %d", got, gcode, want, wcode)
+	}
+}
