@@ -381,3 +381,87 @@ func TestReviewPreparedSignalToInit(t *testing.T) {
 		t.Errorf("prepared %q exit %d, fresh %q exit %d", got, gcode, want, wcode)
 	}
 }
+
+// nonblocking reports whether f's descriptor is in non-blocking mode,
+// read without f.Fd() (which itself puts it in blocking mode).
+func nonblocking(t *testing.T, f *os.File) bool {
+	t.Helper()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fl int
+	var ferr error
+	if err := rc.Control(func(fd uintptr) { fl, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
+		t.Fatal(err, ferr)
+	}
+	return fl&unix.O_NONBLOCK != 0
+}
+
+// TestReviewPreparedReportHoldsNoThread: ExitReport.Wait "blocks in the
+// runtime poller: no thread" (an agent keeps many long commands running):
+// the report's socket is still non-blocking when the start returns it
+// (alive() takes its Fd(), which leaves it alone only because the pool
+// made it non-blocking itself before os.NewFile), and many reports are
+// waited on at once.
+func TestReviewPreparedReportHoldsNoThread(t *testing.T) {
+	h := preparedHost(t)
+	ws := t.TempDir()
+	p := codexWorkspaceWrite(ws)
+	primePrepared(t, h, Plan{Policy: p}, ws)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	attr := &os.ProcAttr{Dir: ws, Files: []*os.File{r, devnull, devnull}, Sys: &syscall.SysProcAttr{Setsid: true}}
+	// Each command waits for the pipe's EOF (the test's write end closed).
+	const n = 12
+	type started struct {
+		proc   *os.Process
+		report *ExitReport
+	}
+	var all []started
+	defer func() {
+		w.Close()
+		for _, s := range all {
+			s.report.Close()
+			_, _ = s.proc.Wait()
+		}
+	}()
+	done := make(chan int, n)
+	for i := 0; i < n; i++ {
+		proc, report, err := StartReported(h, shPlan(p, `cat; exit 5`), attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, started{proc, report})
+		if report == nil {
+			t.Fatalf("start %d did not run on a prepared sandbox", i)
+		}
+		if !nonblocking(t, report.f) {
+			t.Errorf("start %d: the report's socket is in blocking mode (a thread per waiting report)", i)
+		}
+		go func() {
+			st, _ := report.Wait()
+			done <- st
+		}()
+		h.prepared.settle()
+	}
+	w.Close()
+	for i := 0; i < n; i++ {
+		select {
+		case st := <-done:
+			if st != 5 {
+				t.Errorf("report %d", st)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("reports not in after the commands' stdin closed")
+		}
+	}
+}
