@@ -239,3 +239,32 @@ func TestReviewReportReleaseWhileWaiting(t *testing.T) {
 		t.Errorf("Wait after Release: prepared exitCode %d exitSignal %d, fresh exitCode %d exitSignal %d", gc, gs, wc, ws)
 	}
 }
+
+// TestReviewReportDescendantsEnd: a prepared start's command exits 0
+// leaving a descendant (in a session of its own) that holds its stdout:
+// Wait returns the command's 0 from the report, and the descendant dies
+// with the init (stdout reaches EOF, no process is left in the group), as
+// on a fresh start.
+func TestReviewReportDescendantsEnd(t *testing.T) {
+	prep, fresh := reviewIso(t)
+	for _, c := range []struct {
+		iso        Isolation
+		onPrepared bool
+	}{{fresh, false}, {prep, true}} {
+		s := startReviewed(t, c.iso, `setsid sleep 300 & echo started; exit 0`, c.onPrepared)
+		code := waitBounded(t, s, 10*time.Second)
+		_ = s.outputs[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+		out, err := io.ReadAll(s.outputs[0])
+		empty := false
+		for deadline := time.Now().Add(5 * time.Second); !empty && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			empty = s.group.Empty()
+		}
+		finish(s)
+		if code != 0 || string(out) != "started\n" || err != nil {
+			t.Errorf("prepared %v: exit %d, output %q %v (EOF not reached: the descendant lives?)", c.onPrepared, code, out, err)
+		}
+		if !empty {
+			t.Errorf("prepared %v: the tree's group is not empty after the command and its init ended", c.onPrepared)
+		}
+	}
+}
