@@ -465,3 +465,42 @@ func TestReviewPreparedReportHoldsNoThread(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewPreparedGivenNetNS: a start in the caller's network namespace
+// (the managed network's) on a prepared sandbox, whose filter is installed
+// at the start rather than ahead: the command holds only its stdio (not
+// the namespace's descriptor), has the confinement of a fresh start
+// (seccomp mode and filter count, capabilities) and sees the caller's
+// namespace's interfaces.
+func TestReviewPreparedGivenNetNS(t *testing.T) {
+	h := preparedHost(t)
+	fresh := *h
+	fresh.NoPrepare = true
+	n, err := NewNetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ws := t.TempDir()
+	p := codexWorkspaceWrite(ws)
+	p.Network = true
+	script := `ls /proc/self/fd/ > fds; grep -E '^(Cap|NoNewPrivs|Seccomp)' /proc/self/status; awk 'NR>2{print $1}' /proc/net/dev; cat fds; exit 4`
+	plan := shPlan(p, script)
+	plan.NetNS = n
+	want, wcode, err := runPlan(&fresh, plan, ws)
+	if err != nil || wcode != 4 {
+		t.Fatalf("fresh: %q exit %d %v", want, wcode, err)
+	}
+	used := primePrepared(t, h, Plan{Policy: p, NetNS: n}, ws)
+	got, gcode, err := runPlan(h, plan, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantUsed(t, h, used, 1, "the start in the caller's namespace")
+	if got != want || gcode != wcode {
+		t.Errorf("prepared (exit %d):\n%s\nfresh (exit %d):\n%s", gcode, got, wcode, want)
+	}
+	if !strings.HasSuffix(got, "\nlo:\n0\n1\n2\n3\n") || !strings.Contains(got, "Seccomp_filters:\t1\n") {
+		t.Errorf("prepared start in the caller's namespace: %q", got)
+	}
+}
