@@ -504,3 +504,54 @@ func TestReviewPreparedGivenNetNS(t *testing.T) {
 		t.Errorf("prepared start in the caller's namespace: %q", got)
 	}
 }
+
+// TestReviewPreparedHelperKilledAfterTake: the waiting helper is stopped
+// (alive to take's check, reading nothing) and killed once a start has
+// taken it, around its sendmsg: the start falls back to a helper of its
+// own (EPIPE before the send, ECONNRESET after it) and runs its command
+// to its status; the killed helper is reaped.
+func TestReviewPreparedHelperKilledAfterTake(t *testing.T) {
+	h := preparedHost(t)
+	ws := t.TempDir()
+	p := codexWorkspaceWrite(ws)
+	used := primePrepared(t, h, Plan{Policy: p}, ws)
+	pids := h.prepared.readyPids()
+	if len(pids) != 1 {
+		t.Fatalf("waiting sandboxes %v", pids)
+	}
+	if err := unix.Kill(pids[0], unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Kill(pids[0], unix.SIGKILL)
+	type result struct {
+		out  string
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, code, err := runPlan(h, shPlan(p, `echo fallback; exit 6`), ws)
+		done <- result{out, code, err}
+	}()
+	key := planKey(t, h, Plan{Policy: p})
+	for deadline := time.Now().Add(10 * time.Second); h.prepared.readyFor(key); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the start did not take the waiting sandbox")
+		}
+	}
+	if err := unix.Kill(pids[0], unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.code != 6 || r.out != "fallback\n" {
+			t.Errorf("start whose helper was killed after the take: %q exit %d %v", r.out, r.code, r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the start hangs on a helper killed after the take")
+	}
+	wantUsed(t, h, used, 0, "a helper killed after the take")
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pids[0])); err == nil {
+		t.Errorf("the killed helper %d was not reaped", pids[0])
+	}
+}
