@@ -57,6 +57,7 @@ func newIsolation(cfg Config) *isolation {
 		if cfg.SandboxPidNamespace != "" {
 			h.PidNamespace = sandbox.PidMode(cfg.SandboxPidNamespace)
 		}
+		h.NoPrepare = cfg.NoPreparedSandboxes
 		log := cfg.Logger.Info
 		if !h.Enforces() {
 			log = cfg.Logger.Warn

@@ -148,6 +148,12 @@ type Config struct {
 	// each sandboxed tree in a pid namespace of its own) or "inherit"
 	// (runtimed serve --sandbox-pid-namespace).
 	SandboxPidNamespace string
+	// NoPreparedSandboxes: every sandboxed start builds its own sandbox
+	// (runtimed serve --sandbox-prepare=false). By default, at the
+	// namespaces level with the pid namespace isolated, the sandbox of
+	// the next start of each recent policy (at most two) is prepared in
+	// the background; see docs/sandbox.md, "Prepared sandboxes".
+	NoPreparedSandboxes bool
 	// Services are kept running by the server (StartServices; runtimed
 	// serve --supervise FILE) and shown by process/list of every session.
 	// Each is checked as Supervisor.Add checks it; names are unique.

@@ -22,7 +22,9 @@ type Session interface {
 	Streams() []Stream
 	// Output returns the reader of stream i (index into Streams()).
 	Output(i int) Reader
-	// Wait blocks until the child has exited and been reaped and returns
+	// Wait blocks until the child has exited and been reaped (for a start
+	// on a prepared sandbox: until its init reported the command reaped;
+	// the init is reaped in the background and Release waits for it) and returns
 	// its wait status: the exit code, or SignaledBy(N) when killed by
 	// signal N (a fake may return 128+N: it reads as that exit code).
 	// Called once, by the waiter goroutine.

@@ -199,11 +199,12 @@ func (h *Host) Close() error {
 	return os.RemoveAll(h.Scratch)
 }
 
-// preparedPool is the pool a start of wp takes a prepared sandbox from
-// and refills (nil: wp is not prepared ahead: not at the namespaces
-// level, no pid namespace, or the host says no).
-func (h *Host) preparedPool(wp wirePlan) *preparedPool {
-	if h == nil || h.NoPrepare || wp.NS == nil || !wp.NS.PidNS {
+// preparedFor is the pool a start of plan with attr takes a prepared
+// sandbox from and refills (nil: not prepared ahead: no policy, not at
+// the namespaces level, no pid namespace, the host says no, or attr asks
+// for what a prepared helper cannot give, see preparedAttr).
+func (h *Host) preparedFor(plan Plan, attr *os.ProcAttr) *preparedPool {
+	if h == nil || h.NoPrepare || plan.Policy == nil || !h.namespaces() || h.PidNamespace == PidInherit || !preparedAttr(attr) {
 		return nil
 	}
 	return h.prepared

@@ -85,6 +85,8 @@ type nsPlan struct {
 	// Stdio, on a prepared sandbox, are the command's stdin, stdout and
 	// stderr as the start brought them (else they are the helper's 0-2).
 	Stdio [3]int `json:"-"`
+	// Hold, on a prepared sandbox: fork only on the daemon's preparedGo.
+	Hold bool `json:"-"`
 	// CgroupFD, on a prepared sandbox, is the tree's cgroup (v2), which
 	// the command is cloned into (0: none, or the helper was).
 	CgroupFD int `json:"-"`

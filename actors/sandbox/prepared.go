@@ -73,9 +73,10 @@ const preparedNice = 10
 const preparedTimeout = 10 * time.Second
 
 type preparedSandbox struct {
-	key  string
-	proc *os.Process
-	sock *os.File // the daemon's end of the socket pair
+	key   string
+	cheap string // cheapKey: what a start takes it by, before its plan is made
+	proc  *os.Process
+	sock  *os.File // the daemon's end of the socket pair
 }
 
 // What a prepared sandbox writes on its socket, a line each:
@@ -87,6 +88,8 @@ const (
 	preparedReady   = "ready\n"
 	preparedStarted = "started\n"
 	preparedExit    = "exit "
+	// preparedGo, from the daemon, lets a held start fork its command.
+	preparedGo = 'g'
 )
 
 // netMode is how a namespaced start gets its network: "own" (restricted:
@@ -120,6 +123,17 @@ func prepKey(wp wirePlan, mode string) string {
 	return string(b)
 }
 
+// cheapKey is what a start takes a prepared sandbox by before its plan is
+// made: the policy as given and the network mode (the plan, made while
+// the sandbox takes the start in, must then match its key exactly).
+func cheapKey(p *Policy, mode string) string {
+	b, _ := json.Marshal(struct {
+		Mode   string  `json:"mode"`
+		Policy *Policy `json:"policy"`
+	}{mode, p})
+	return string(b)
+}
+
 // mountTable digests the daemon's mount table (its main thread's mount
 // namespace, which sandboxes copy; "" if unreadable, which no table
 // digests to).
@@ -146,15 +160,16 @@ func (t *preparedSandbox) alive() bool {
 	return err == nil && n == 0
 }
 
-// take returns the sandbox prepared for key, if one is ready and alive.
-func (pp *preparedPool) take(key string) *preparedSandbox {
+// take returns the most recent sandbox prepared for cheap (a cheapKey),
+// if one is ready and alive.
+func (pp *preparedPool) take(cheap string) *preparedSandbox {
 	if pp == nil {
 		return nil
 	}
 	pp.mu.Lock()
 	var t *preparedSandbox
-	for i, r := range pp.ready {
-		if r.key == key {
+	for i := len(pp.ready) - 1; i >= 0; i-- {
+		if r := pp.ready[i]; r.cheap == cheap {
 			t = r
 			pp.ready = append(pp.ready[:i:i], pp.ready[i+1:]...)
 			break
@@ -255,6 +270,7 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 	}
 	wp.NS.NetNS, wp.NS.GivenNetNS = mode == "own", mode == "given"
 	key := prepKey(wp, mode)
+	cheap := cheapKey(policy, mode)
 	wp.Prepare = true
 	raw, err := json.Marshal(wp)
 	if err != nil {
@@ -309,7 +325,7 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 	if err != nil {
 		return nil, err
 	}
-	t = &preparedSandbox{key: key, proc: proc, sock: mine}
+	t = &preparedSandbox{key: key, cheap: cheap, proc: proc, sock: mine}
 	planR.Close()
 	_, werr := planW.Write(raw)
 	planW.Close()
@@ -355,24 +371,36 @@ type preparedStart struct {
 	Rlimits []Rlimit `json:"rlimits,omitempty"`
 	DevPts  bool     `json:"devpts,omitempty"`
 	Cgroup  bool     `json:"cgroup,omitempty"`
-	NetNS   bool     `json:"netns,omitempty"`
+	// Hold: wait for preparedGo (the daemon's check of the plan) before
+	// the fork; anything else ends the helper without running anything.
+	Hold  bool `json:"hold,omitempty"`
+	NetNS bool `json:"netns,omitempty"`
 }
 
 // errPreparedGone: the prepared sandbox could not take the start (it was
 // gone before the start reached it); the caller starts a helper instead.
 var errPreparedGone = errors.New("sandbox: the prepared sandbox is gone")
 
-// startOnPrepared runs the start of wp on t (taken by the caller, who
-// reaps nothing: t's process is returned with the report of the command's
-// exit, or reaped here on failure).
-func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Process, *ExitReport, error) {
-	fail := func(err error) (*os.Process, *ExitReport, error) {
+// startOnPrepared runs the start of plan on t (taken by the caller by the
+// plan's policy and network mode: cheapKey). It hands the start over at
+// once, and plans it (planWire, the host's files, sockets and mounts as
+// they are now) while the helper receives it; only if the plan's key is
+// exactly t's does it tell the helper to go on and fork the command
+// (preparedGo), else the helper exits without running anything and the
+// caller starts its own, with the plan made here (planned). t's process
+// is returned with the report of the command's exit, or reaped here.
+func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, mode string) (proc *os.Process, report *ExitReport, wp wirePlan, planned bool, err error) {
+	fail := func(err error) (*os.Process, *ExitReport, wirePlan, bool, error) {
 		t.discard()
-		return nil, nil, err
+		return nil, nil, wp, planned, err
 	}
-	msg := preparedStart{Path: wp.Path, Argv: wp.Argv, Env: wp.Env, Dir: wp.NS.Dir, Ctty: wp.NS.Ctty,
-		Rlimits: wp.Rlimits, DevPts: wp.Plan.DevPts != nil, NetNS: wp.Plan.NetNS != nil}
-	files := make([]int, 0, 5)
+	dir := plan.Dir
+	if dir == "" {
+		dir, _ = os.Getwd()
+	}
+	msg := preparedStart{Path: plan.Path, Argv: plan.Argv, Env: plan.Env, Dir: dir, Ctty: plan.Ctty,
+		Rlimits: plan.Rlimits, DevPts: plan.DevPts != nil, NetNS: plan.NetNS != nil, Hold: true}
+	files := make([]int, 0, 6)
 	for i := 0; i < 3; i++ {
 		if i < len(attr.Files) && attr.Files[i] != nil {
 			files = append(files, int(attr.Files[i].Fd()))
@@ -385,20 +413,11 @@ func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Pr
 		defer devnull.Close()
 		files = append(files, int(devnull.Fd()))
 	}
-	if wp.Plan.DevPts != nil {
-		files = append(files, int(wp.Plan.DevPts.Fd()))
+	if plan.DevPts != nil {
+		files = append(files, int(plan.DevPts.Fd()))
 	}
-	if wp.Plan.NetNS != nil {
-		files = append(files, int(wp.Plan.NetNS.f.Fd()))
-	}
-	// Into the tree's cgroup before anything of the start: its cgroup
-	// namespace is made where it is when it reads the start.
-	// v1 controllers too: from here, where the cgroup file systems are
-	// writable (in the sandbox's view they are read-only).
-	for _, procs := range wp.JoinCgroups {
-		if err := os.WriteFile(procs, []byte(strconv.Itoa(t.proc.Pid)), 0); err != nil {
-			return fail(fmt.Errorf("sandbox cgroup: %w", err))
-		}
+	if plan.NetNS != nil {
+		files = append(files, int(plan.NetNS.f.Fd()))
 	}
 	// The v2 cgroup goes with the start: the init clones the command into
 	// it (moving the init there instead would cost an RCU grace period,
@@ -425,11 +444,33 @@ func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Pr
 		return fail(errPreparedGone) // it never received the start
 	}
 	_, werr := t.sock.Write(body)
+	// The plan, while the helper takes the start in.
+	wp, err = planWire(h, plan)
+	if err != nil {
+		return fail(err)
+	}
+	planned = true
+	if afterNamespacePlan != nil {
+		afterNamespacePlan()
+	}
+	if prepKey(wp, mode) != t.key {
+		return fail(errPreparedGone) // built for another plan: it ran nothing
+	}
+	// v1 controllers: joined from here, where the cgroup file systems are
+	// writable (in the sandbox's view they are read-only).
+	for _, procs := range wp.JoinCgroups {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(t.proc.Pid)), 0); err != nil {
+			return fail(fmt.Errorf("sandbox cgroup: %w", err))
+		}
+	}
+	if _, err := t.sock.Write([]byte{preparedGo}); err != nil && werr == nil {
+		werr = err
+	}
 	// The socket now carries the start's status, then the command's exit.
 	r := bufio.NewReaderSize(t.sock, 512)
 	line, rerr := r.ReadString('\n')
 	if line == preparedStarted {
-		return t.proc, &ExitReport{f: t.sock, r: r}, nil
+		return t.proc, &ExitReport{f: t.sock, r: r}, wp, planned, nil
 	}
 	t.sock.Close()
 	_, _ = t.proc.Wait() // it exits (or has exited) without the command
@@ -437,16 +478,16 @@ func startOnPrepared(t *preparedSandbox, wp wirePlan, attr *os.ProcAttr) (*os.Pr
 		// It was gone before it read the whole start (a reset means
 		// unread data on its side; it reads the start to the end before it
 		// does anything of it): the command never ran.
-		return nil, nil, errPreparedGone
+		return nil, nil, wp, planned, errPreparedGone
 	}
 	if line != "" {
 		var st helperStatus
 		if err := json.Unmarshal([]byte(line), &st); err != nil {
-			return nil, nil, &ExecError{Stage: "helper", Msg: fmt.Sprintf("unreadable status %q", line)}
+			return nil, nil, wp, planned, &ExecError{Stage: "helper", Msg: fmt.Sprintf("unreadable status %q", line)}
 		}
-		return nil, nil, &ExecError{Stage: st.Stage, Errno: syscall.Errno(st.Errno), Msg: st.Msg}
+		return nil, nil, wp, planned, &ExecError{Stage: st.Stage, Errno: syscall.Errno(st.Errno), Msg: st.Msg}
 	}
-	return nil, nil, &ExecError{Stage: "helper", Msg: fmt.Sprintf("the prepared sandbox ended during the start (%v, %v)", werr, rerr)}
+	return nil, nil, wp, planned, &ExecError{Stage: "helper", Msg: fmt.Sprintf("the prepared sandbox ended during the start (%v, %v)", werr, rerr)}
 }
 
 // ExitReport is the init's report of its command's exit (a start on a
@@ -556,7 +597,7 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 		return "plan", fmt.Errorf("%d descriptors with the start, want %d", len(fds), want)
 	}
 	p.Path, p.Argv, p.Env = st.Path, st.Argv, st.Env
-	np.Dir, np.Ctty = st.Dir, st.Ctty
+	np.Dir, np.Ctty, np.Hold = st.Dir, st.Ctty, st.Hold
 	for _, r := range st.Rlimits {
 		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := unix.Setrlimit(r.Resource, &lim); err != nil {

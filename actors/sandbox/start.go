@@ -235,27 +235,39 @@ func stageError(stage string, err error) *ExecError {
 func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, *ExitReport, error) {
 	plan.Dir = attr.Dir
 	plan.Ctty = attr.Sys != nil && attr.Sys.Setctty
-	wp, err := planWire(h, plan)
-	if err != nil {
-		return nil, nil, err
+	var (
+		wp      wirePlan
+		planned bool
+		err     error
+	)
+	pp, mode := h.preparedFor(plan, attr), netMode(plan)
+	if t := pp.take(cheapKey(plan.Policy, mode)); t != nil {
+		// A sandbox prepared for this policy: the start goes to it at once
+		// and runs there if the plan, made meanwhile, is the one it was
+		// built from.
+		var proc *os.Process
+		var report *ExitReport
+		proc, report, wp, planned, err = startOnPrepared(h, t, plan, attr, mode)
+		if err == nil {
+			pp.used.Add(1)
+		}
+		if planned {
+			defer pp.refill(h, plan.Policy, mode, prepKey(wp, mode))
+		}
+		if err != errPreparedGone {
+			return proc, report, err
+		}
 	}
-	if wp.NS != nil && afterNamespacePlan != nil {
-		afterNamespacePlan()
-	}
-	if pp := h.preparedPool(wp); pp != nil && preparedAttr(attr) {
-		// A sandbox prepared for this very plan, if one is ready; the next
-		// is prepared in the background once this start returned.
-		mode := netMode(plan)
-		key := prepKey(wp, mode)
-		defer pp.refill(h, plan.Policy, mode, key)
-		if t := pp.take(key); t != nil {
-			proc, report, err := startOnPrepared(t, wp, attr)
-			if err != errPreparedGone {
-				if err == nil {
-					pp.used.Add(1)
-				}
-				return proc, report, err
-			}
+	if !planned {
+		if wp, err = planWire(h, plan); err != nil {
+			return nil, nil, err
+		}
+		if wp.NS != nil && afterNamespacePlan != nil {
+			afterNamespacePlan()
+		}
+		if pp != nil {
+			// The next start of this plan finds its sandbox prepared.
+			defer pp.refill(h, plan.Policy, mode, prepKey(wp, mode))
 		}
 	}
 	if wp.NS != nil && wp.NS.NetNS {

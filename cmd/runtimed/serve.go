@@ -50,6 +50,7 @@ func serve(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	requireSandbox := fs.Bool("require-sandbox", false, "refuse starts that carry no sandbox (unless --default-sandbox applies one)")
 	sandboxLevel := fs.String("sandbox-level", "namespaces", "what a sandboxed start gets: namespaces (read-only mount tree, private /dev, /proc, IPC and network, plus Landlock and seccomp; refused where namespaces cannot be made) or landlock (Landlock and seccomp only: see docs/sandbox.md for what that leaves open)")
 	sandboxPidNS := fs.String("sandbox-pid-namespace", "isolate", "isolate (each sandboxed tree in a pid namespace of its own, with its own /proc) or inherit (the host's pids and /proc)")
+	sandboxPrepare := fs.Bool("sandbox-prepare", true, "prepare the next sandbox of a recent policy in the background (namespaces level, pid namespace isolated): a start that finds it ready skips the helper's start and the namespaces' creation; false: every sandboxed start builds its own")
 	supervise := fs.String("supervise", "", "keep the services described in this JSON file running (see docs or runtime.LoadServices); they show in process/list")
 	maxConns := fs.Int("max-connections", 0, "open connections allowed (0: derived from RLIMIT_NOFILE and memory; -1: unlimited)")
 	maxProcsTotal := fs.Int("max-processes-total", 0, "active processes allowed server-wide (0: derived from RLIMIT_NOFILE and memory; -1: unlimited)")
@@ -112,6 +113,7 @@ pair, the --auth-token-file tokens and reopens --audit-log. Operator's guide: do
 		RequireSandbox:      *requireSandbox,
 		SandboxLevel:        *sandboxLevel,
 		SandboxPidNamespace: *sandboxPidNS,
+		NoPreparedSandboxes: !*sandboxPrepare,
 		Tokens:              idn.tokenSource(),
 		Audit:               idn.auditor(),
 		Metrics:             nf.metricsListen != "",
