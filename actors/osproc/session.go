@@ -166,11 +166,14 @@ func (s *osSession) CloseStdin() error {
 }
 
 func (s *osSession) Signal(sig syscall.Signal) error {
+	// The group first: a prepared sandbox's init is outside the tree's
+	// cgroup, and one killed after its command could report the command's
+	// death as an exit with code 137 (exitSignal 0) before its own kill.
+	err := syscall.Kill(-s.pid, sig)
 	if sig == syscall.SIGKILL {
 		// The whole tree, including descendants that left the group.
 		_ = s.group.Kill()
 	}
-	err := syscall.Kill(-s.pid, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil
 	}
