@@ -99,6 +99,9 @@ type osSession struct {
 	// closed by the waiter once it is.
 	report   *sandbox.ExitReport
 	initGone chan struct{}
+	// reported (made with report) is closed by the waiter once the
+	// report is in, or known missing.
+	reported chan struct{}
 }
 
 func (s *osSession) Pid() int            { return s.pid }
@@ -110,6 +113,7 @@ func (s *osSession) Wait() int {
 	if s.report != nil {
 		code, ok := s.report.Wait()
 		s.report.Close()
+		close(s.reported)
 		if ok {
 			// The command was reaped by its init, which exits now (its
 			// namespaces' teardown is not the command's): reaped in the
@@ -166,11 +170,14 @@ func (s *osSession) CloseStdin() error {
 }
 
 func (s *osSession) Signal(sig syscall.Signal) error {
+	// The group first: a prepared sandbox's init is outside the tree's
+	// cgroup, and one killed after its command could report the command's
+	// death as an exit with code 137 (exitSignal 0) before its own kill.
+	err := syscall.Kill(-s.pid, sig)
 	if sig == syscall.SIGKILL {
 		// The whole tree, including descendants that left the group.
 		_ = s.group.Kill()
 	}
-	err := syscall.Kill(-s.pid, sig)
 	if errors.Is(err, syscall.ESRCH) {
 		return nil
 	}
@@ -188,10 +195,18 @@ func (s *osSession) Limit(code int) string { return s.group.LimitHit(code) }
 
 func (s *osSession) Release() {
 	if s.initGone != nil {
+		select {
+		case <-s.reported:
+		default:
+			// The command still runs (a Release before its end: the
+			// owner's panic path). Its init goes first, unreaped until
+			// the waiter reaps it, so the pid is still its: it dies
+			// without a report, and the waiter reports the kill.
+			_ = syscall.Kill(-s.pid, syscall.SIGKILL)
+		}
 		// The init exits right after its report: its tree is in the
 		// group until then (the kernel kills what is left of a pid
-		// namespace whose init exited). Bounded: a Release while the
-		// command still runs (the owner's panic) kills the group anyway.
+		// namespace whose init exited). Bounded all the same.
 		t := time.NewTimer(time.Second)
 		select {
 		case <-s.initGone:

@@ -262,7 +262,7 @@ func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 		proc, serr = os.StartProcess(path, argv, attr)
 	}
 	if s.report != nil {
-		s.initGone = make(chan struct{})
+		s.initGone, s.reported = make(chan struct{}), make(chan struct{})
 	}
 	s.group.CloseFD() // the child is in its cgroup (or was not started)
 	if serr != nil {

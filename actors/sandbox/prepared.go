@@ -476,11 +476,16 @@ func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, 
 	// writable (in the sandbox's view they are read-only).
 	for _, procs := range wp.JoinCgroups {
 		if err := os.WriteFile(procs, []byte(strconv.Itoa(t.proc.Pid)), 0); err != nil {
+			if errors.Is(err, unix.ESRCH) {
+				return fail(errPreparedGone) // it died waiting: it ran nothing
+			}
 			return fail(fmt.Errorf("sandbox cgroup: %w", err))
 		}
 	}
-	if _, err := t.sock.Write([]byte{preparedGo}); err != nil && werr == nil {
-		werr = err
+	goSent := false
+	if werr == nil {
+		_, werr = t.sock.Write([]byte{preparedGo})
+		goSent = werr == nil
 	}
 	// The socket now carries the start's status, then the command's exit.
 	r := bufio.NewReaderSize(t.sock, 512)
@@ -490,10 +495,10 @@ func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, 
 	}
 	t.sock.Close()
 	_, _ = t.proc.Wait() // it exits (or has exited) without the command
-	if line == "" && errors.Is(rerr, unix.ECONNRESET) {
-		// It was gone before it read the whole start (a reset means
-		// unread data on its side; it reads the start to the end before it
-		// does anything of it): the command never ran.
+	if line == "" && (!goSent || errors.Is(rerr, unix.ECONNRESET)) {
+		// It was gone before it had the whole start and the word to go
+		// (a write that failed, or a reset: unread data on its side), and
+		// it forks nothing before both: the command never ran.
 		return nil, nil, wp, planned, errPreparedGone
 	}
 	if line != "" {
@@ -654,7 +659,7 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 func readStart(fd int) (preparedStart, []int, error) {
 	var st preparedStart
 	var hdr [8]byte
-	oob := make([]byte, unix.CmsgSpace(5*4))
+	oob := make([]byte, unix.CmsgSpace(8*4)) // at most 6 come (stdio, devpts, netns, cgroup)
 	n, oobn, _, _, err := unix.Recvmsg(fd, hdr[:], oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return st, nil, err
