@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/runtimed/runtimed/actors"
+	"github.com/runtimed/runtimed/actors/sandbox"
 	"github.com/runtimed/runtimed/wire"
 )
 
@@ -80,6 +81,29 @@ func newServerMetrics() *serverMetrics {
 	m.sessions.WithLabelValues("attached")
 	m.sessions.WithLabelValues("detached")
 	return m
+}
+
+// registerSandboxMetrics exports how the sandboxes prepared ahead do (see
+// sandbox.Host.PreparedStats): read at each scrape, zero where none are
+// prepared (a nil Host: no sandbox; not the namespaces level).
+func registerSandboxMetrics(reg *prometheus.Registry, h *sandbox.Host) {
+	stat := func(pick func(used, failed, missed uint64) uint64) func() float64 {
+		return func() float64 { return float64(pick(h.PreparedStats())) }
+	}
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "runtimed_sandbox_prepared_starts_total",
+			Help: "Sandboxed starts served by a sandbox prepared ahead for their plan (namespaces level)."},
+			stat(func(u, _, _ uint64) uint64 { return u })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "runtimed_sandbox_prepared_misses_total",
+			Help: "Sandboxed starts that could have used a prepared sandbox but started a fresh one (none ready for their plan, or it had died)."},
+			stat(func(_, _, m uint64) uint64 { return m })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "runtimed_sandbox_prepared_failures_total",
+			Help: "Preparations of a sandbox ahead that failed (the next start of that plan starts a fresh one)."},
+			stat(func(_, f, _ uint64) uint64 { return f })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "runtimed_sandbox_prepared_ready",
+			Help: "Sandboxes prepared ahead waiting for a start (one per plan, at most two plans)."},
+			func() float64 { return float64(h.PreparedReady()) }),
+	)
 }
 
 func streamIndex(s actors.Stream) int {

@@ -293,6 +293,7 @@ func NewServer(cfg Config) *Server {
 		metrics = newServerMetrics()
 		scfg.Metrics = metrics
 		byToken = newTokenCounter(metrics.reg)
+		registerSandboxMetrics(metrics.reg, iso.Host)
 	}
 	scfg.Watch = cfg.Watch
 	var aud Auditor = nopAudit{}

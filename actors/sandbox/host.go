@@ -210,6 +210,34 @@ func (h *Host) preparedFor(plan Plan, attr *os.ProcAttr) *preparedPool {
 	return h.prepared
 }
 
+// PreparedStats reports how the prepared sandboxes do since the Host was
+// probed: used is the starts served by a prepared sandbox, missed the
+// starts that could have been (namespaces level, pid namespace isolated,
+// nothing asked that a prepared sandbox cannot honour) but started a fresh
+// helper (none was ready for their policy, the one taken had died, or
+// their plan, made meanwhile, was not the one it was built from), failed
+// the preparations that failed. All zero where nothing is prepared (nil
+// Host, not at the namespaces level, NoPrepare). Safe for concurrent use.
+func (h *Host) PreparedStats() (used, failed, missed uint64) {
+	if h == nil || h.prepared == nil {
+		return 0, 0, 0
+	}
+	pp := h.prepared
+	return pp.used.Load(), pp.failed.Load(), pp.missed.Load()
+}
+
+// PreparedReady reports how many prepared sandboxes wait for a start
+// (at most one per plan, at most two plans; 0 where nothing is prepared).
+// Safe for concurrent use.
+func (h *Host) PreparedReady() int {
+	if h == nil || h.prepared == nil {
+		return 0
+	}
+	h.prepared.mu.Lock()
+	defer h.prepared.mu.Unlock()
+	return len(h.prepared.ready)
+}
+
 // namespaces reports whether sandboxed starts take the namespaces level.
 func (h *Host) namespaces() bool { return h != nil && h.Level != LevelLandlock }
 

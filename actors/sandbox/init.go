@@ -122,9 +122,10 @@ func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Pro
 	}
 	if p.Prepare {
 		// The sandbox was prepared at a lower priority: the command runs
-		// at the daemon's (this thread's nice is what the fork copies).
-		if err := unix.Setpriority(unix.PRIO_PROCESS, 0, 0); err != nil {
-			return nil, "credentials", fmt.Errorf("setpriority(0): %w", err)
+		// at the start's, the daemon's (this thread's nice is what the
+		// fork copies).
+		if err := unix.Setpriority(unix.PRIO_PROCESS, 0, p.NS.Nice); err != nil {
+			return nil, "credentials", fmt.Errorf("setpriority(%d): %w", p.NS.Nice, err)
 		}
 	}
 	proc, err := os.StartProcess(p.Path, p.Argv, &os.ProcAttr{Env: p.Env, Files: stdio, Sys: sys})

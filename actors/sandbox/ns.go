@@ -90,6 +90,9 @@ type nsPlan struct {
 	// CgroupFD, on a prepared sandbox, is the tree's cgroup (v2), which
 	// the command is cloned into (0: none, or the helper was).
 	CgroupFD int `json:"-"`
+	// Nice, on a prepared sandbox, is the command's nice value (the
+	// start's: see preparedStart.Nice).
+	Nice int `json:"-"`
 	// GivenNetNS: a prepared sandbox's starts bring a network namespace
 	// of the caller's (NetNSFD, known at the start only).
 	GivenNetNS   bool      `json:"givenNetNS,omitempty"`

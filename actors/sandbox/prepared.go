@@ -55,8 +55,10 @@ type preparedPool struct {
 	closed    bool
 	wg        sync.WaitGroup
 
-	used   atomic.Uint64 // starts served by a prepared sandbox (tests)
-	failed atomic.Uint64 // preparations that failed (tests)
+	// Counters, read by Host.PreparedStats (metrics) and tests.
+	used   atomic.Uint64 // starts served by a prepared sandbox
+	failed atomic.Uint64 // preparations that failed
+	missed atomic.Uint64 // eligible starts that started a fresh helper: none ready for their plan, or the one taken was gone
 }
 
 // maxPrepared is how many policies have a sandbox waiting (Codex
@@ -312,10 +314,11 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 	// Forked from a thread of lower priority (nice preparedNice, which
 	// the helper's threads inherit): a preparation runs while the start
 	// that asked for it runs its command, and must not take the CPU from
-	// it. The spawning thread takes priority 0 back for the command.
+	// it. The spawning thread takes the start's priority back for the
+	// command (preparedStart.Nice). Never above the daemon's priority.
 	var proc *os.Process
 	onThrowawayThread(func() {
-		_ = unix.Setpriority(unix.PRIO_PROCESS, 0, preparedNice) // this thread
+		_ = unix.Setpriority(unix.PRIO_PROCESS, 0, max(preparedNice, threadNice())) // this thread
 		proc, err = os.StartProcess(h.exe(), []string{helperArg0}, &os.ProcAttr{
 			Env:   []string{helperEnv, "GOMAXPROCS=1", "GOGC=off", raceExitNow},
 			Files: []*os.File{devnull, devnull, devnull, planR, theirs},
@@ -375,6 +378,19 @@ type preparedStart struct {
 	// the fork; anything else ends the helper without running anything.
 	Hold  bool `json:"hold,omitempty"`
 	NetNS bool `json:"netns,omitempty"`
+	// Nice is the start's priority: the nice value of the daemon's thread
+	// that makes it (which a fresh helper, forked from that thread, would
+	// inherit); the sandbox itself was prepared at a lower one.
+	Nice int `json:"nice"`
+}
+
+// threadNice is the calling thread's nice value (0 if unreadable).
+func threadNice() int {
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0)
+	if err != nil {
+		return 0
+	}
+	return 20 - prio // the system call answers 20 - nice
 }
 
 // errPreparedGone: the prepared sandbox could not take the start (it was
@@ -399,7 +415,7 @@ func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, 
 		dir, _ = os.Getwd()
 	}
 	msg := preparedStart{Path: plan.Path, Argv: plan.Argv, Env: plan.Env, Dir: dir, Ctty: plan.Ctty,
-		Rlimits: plan.Rlimits, DevPts: plan.DevPts != nil, NetNS: plan.NetNS != nil, Hold: true}
+		Rlimits: plan.Rlimits, DevPts: plan.DevPts != nil, NetNS: plan.NetNS != nil, Hold: true, Nice: threadNice()}
 	files := make([]int, 0, 6)
 	for i := 0; i < 3; i++ {
 		if i < len(attr.Files) && attr.Files[i] != nil {
@@ -602,7 +618,7 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 		return "plan", fmt.Errorf("%d descriptors with the start, want %d", len(fds), want)
 	}
 	p.Path, p.Argv, p.Env = st.Path, st.Argv, st.Env
-	np.Dir, np.Ctty, np.Hold = st.Dir, st.Ctty, st.Hold
+	np.Dir, np.Ctty, np.Hold, np.Nice = st.Dir, st.Ctty, st.Hold, st.Nice
 	for _, r := range st.Rlimits {
 		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := unix.Setrlimit(r.Resource, &lim); err != nil {

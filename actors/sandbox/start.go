@@ -258,6 +258,11 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, *ExitRepor
 			return proc, report, err
 		}
 	}
+	if pp != nil {
+		// None ready for this policy, it was gone, or the plan made
+		// meanwhile is not the one it was built from: a fresh helper.
+		pp.missed.Add(1)
+	}
 	if !planned {
 		if wp, err = planWire(h, plan); err != nil {
 			return nil, nil, err
