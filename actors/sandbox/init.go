@@ -248,6 +248,12 @@ func newSpawnThread(p *wirePlan, l layers, ps *pins) (*spawnThread, string, erro
 			return
 		}
 		t.cred = cred
+		if p.Prepare {
+			// Prepared at a lower priority, this thread waits for its start
+			// at the daemon's: the start wakes it as promptly as the daemon
+			// would run it (spawnCommand sets the start's own again).
+			_ = unix.Setpriority(unix.PRIO_PROCESS, 0, p.NS.Nice)
+		}
 		res <- result{}
 		(<-t.jobs)(t.cred, t.filtered)
 	})

@@ -90,9 +90,11 @@ type nsPlan struct {
 	// CgroupFD, on a prepared sandbox, is the tree's cgroup (v2), which
 	// the command is cloned into (0: none, or the helper was).
 	CgroupFD int `json:"-"`
-	// Nice, on a prepared sandbox, is the command's nice value (the
-	// start's: see preparedStart.Nice).
-	Nice int `json:"-"`
+	// Nice, on a prepared sandbox, is the command's nice value: the
+	// daemon's when it was prepared (its spawning thread waits at it, so
+	// that the start wakes it at the daemon's priority), then the start's
+	// (preparedStart.Nice).
+	Nice int `json:"nice,omitempty"`
 	// GivenNetNS: a prepared sandbox's starts bring a network namespace
 	// of the caller's (NetNSFD, known at the start only).
 	GivenNetNS   bool      `json:"givenNetNS,omitempty"`

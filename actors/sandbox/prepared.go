@@ -120,7 +120,7 @@ func prepKey(wp wirePlan, mode string) string {
 		Scrtch string  `json:"scratch"`
 		Mounts string  `json:"mounts"`
 	}{Mode: mode, Policy: wp.Policy, Layers: wp.Layers, NS: *wp.NS, Scrtch: wp.Scratch, Mounts: mountTable()}
-	k.NS.Dir, k.NS.Ctty, k.NS.DevPtsFD, k.NS.NetNSFD, k.NS.NetNS, k.NS.GivenNetNS = "", false, 0, 0, false, false
+	k.NS.Dir, k.NS.Ctty, k.NS.DevPtsFD, k.NS.NetNSFD, k.NS.NetNS, k.NS.GivenNetNS, k.NS.Nice = "", false, 0, 0, false, false, 0
 	b, _ := json.Marshal(k)
 	return string(b)
 }
@@ -138,8 +138,53 @@ func cheapKey(p *Policy, mode string) string {
 
 // mountTable digests the daemon's mount table (its main thread's mount
 // namespace, which sandboxes copy; "" if unreadable, which no table
-// digests to).
+// digests to). Reading /proc/self/mountinfo costs some 50 µs, so the
+// digest is kept and made again only when the kernel says the table
+// changed: a poll of an open mountinfo reports POLLPRI once per change
+// since the last poll (mounts.watch). A start that sees the change drops
+// the kept digest under the lock before it lets any other start look, so
+// no start after a change uses a digest from before it.
 func mountTable() string {
+	m := &mounts
+	m.mu.Lock()
+	if m.fd == 0 {
+		m.fd = -1
+		if fd, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			m.fd = fd
+		}
+	}
+	if m.fd < 0 {
+		m.mu.Unlock()
+		return digestMountinfo()
+	}
+	fds := []unix.PollFd{{Fd: int32(m.fd), Events: unix.POLLPRI}}
+	if n, err := unix.Poll(fds, 0); err != nil || n > 0 { // a non-blocking look
+		m.digest = ""
+	}
+	d := m.digest
+	m.mu.Unlock()
+	if d != "" {
+		return d
+	}
+	d = digestMountinfo()
+	m.mu.Lock()
+	if m.digest == "" {
+		m.digest = d
+	}
+	m.mu.Unlock()
+	return d
+}
+
+// mounts is mountTable's watch: an open mountinfo (its change events) and
+// the digest of the table as of the last change seen. Guarded by mu; the
+// only system call under it is a poll that does not wait.
+var mounts struct {
+	mu     sync.Mutex
+	fd     int // 0: not opened yet; -1: cannot be
+	digest string
+}
+
+func digestMountinfo() string {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return ""
@@ -271,6 +316,7 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 		return nil, errors.New("sandbox: only a namespaced start with its own pid namespace is prepared")
 	}
 	wp.NS.NetNS, wp.NS.GivenNetNS = mode == "own", mode == "given"
+	wp.NS.Nice = threadNice() // the daemon's: this goroutine's thread is not the niced one
 	key := prepKey(wp, mode)
 	cheap := cheapKey(policy, mode)
 	wp.Prepare = true
