@@ -49,20 +49,27 @@ func reviewSpec(t *testing.T, iso Isolation, script string) Spec {
 
 // startReviewed starts script; onPrepared: retried (a bounded number of
 // times, the pool prepares in the background after a start) until the
-// start ran on a prepared sandbox (it has a report).
+// start ran on a prepared sandbox (the host's count of prepared starts
+// went up; fresh namespaced starts report their exit too).
 func startReviewed(t *testing.T, iso Isolation, script string, onPrepared bool) *osSession {
 	t.Helper()
 	spec := reviewSpec(t, iso, script)
 	for i := 0; i < 50; i++ {
+		before, _, _ := iso.Host.PreparedStats()
 		s, err := Start(spec, iso)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ss := s.(*osSession)
-		if !onPrepared || ss.report != nil {
-			if onPrepared != (ss.report != nil) {
+		after, _, _ := iso.Host.PreparedStats()
+		if prepared := after > before; !onPrepared || prepared {
+			if onPrepared != prepared {
 				Discard(s)
-				t.Fatalf("fresh start with a report")
+				t.Fatalf("a start meant to be fresh ran on a prepared sandbox")
+			}
+			if ss.report == nil {
+				Discard(s)
+				t.Fatalf("a namespaced start without a report of its exit")
 			}
 			return ss
 		}

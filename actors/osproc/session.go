@@ -23,7 +23,7 @@ type Session interface {
 	// Output returns the reader of stream i (index into Streams()).
 	Output(i int) Reader
 	// Wait blocks until the child has exited and been reaped (for a start
-	// on a prepared sandbox: until its init reported the command reaped;
+	// with a sandbox init: until the init reported the command reaped;
 	// the init is reaped in the background and Release waits for it) and returns
 	// its wait status: the exit code, or SignaledBy(N) when killed by
 	// signal N (a fake may return 128+N: it reads as that exit code).
@@ -94,7 +94,7 @@ type osSession struct {
 	streams []Stream
 	stdin   *os.File // pipe write end, or the PTY master; nil without stdin
 	// report is the sandbox init's report of the command's exit (a start
-	// on a prepared sandbox; nil otherwise), read by Wait; the init is
+	// with a sandbox init, prepared or not; nil otherwise), read by Wait; the init is
 	// then reaped in the background, and initGone (made with report)
 	// closed by the waiter once it is.
 	report   *sandbox.ExitReport
@@ -170,14 +170,26 @@ func (s *osSession) CloseStdin() error {
 }
 
 func (s *osSession) Signal(sig syscall.Signal) error {
-	// The group first: a prepared sandbox's init is outside the tree's
-	// cgroup, and one killed after its command could report the command's
-	// death as an exit with code 137 (exitSignal 0) before its own kill.
+	if sig == syscall.SIGKILL && s.report == nil {
+		// The whole tree, including descendants that left the group,
+		// while its root still holds it together (the subreaper's
+		// freeze-and-kill attributes orphans through it), then the group.
+		_ = s.group.Kill()
+		return ignoreESRCH(syscall.Kill(-s.pid, sig))
+	}
+	// A sandbox's init first: a prepared sandbox's init is outside the
+	// tree's cgroup, and one killed after its command could report the
+	// command's death as an exit with code 137 (exitSignal 0) before its
+	// own kill.
 	err := syscall.Kill(-s.pid, sig)
 	if sig == syscall.SIGKILL {
-		// The whole tree, including descendants that left the group.
 		_ = s.group.Kill()
 	}
+	return ignoreESRCH(err)
+}
+
+// ignoreESRCH: a group already gone is no failure to signal it.
+func ignoreESRCH(err error) error {
 	if errors.Is(err, syscall.ESRCH) {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -345,26 +346,42 @@ func newLaunch(h *Host, wp wirePlan) (*Launch, error) {
 // exec'd the command (nil) or failed (*ExecError; the helper then exits
 // with HelperExitCode and the caller must reap it).
 func (l *Launch) Started() error {
+	report, err := l.started()
+	report.Close()
+	return err
+}
+
+// started is Started, and for a helper that stays as the command's init
+// (a pid namespace) the report of the command's exit it makes on the same
+// pipe (nil for a helper that exec'd the command in place: the pipe's EOF
+// was its word).
+func (l *Launch) started() (*ExitReport, error) {
 	l.Files[0].Close()
 	l.Files[1].Close()
 	_, werr := l.planW.Write(l.plan)
 	l.planW.Close()
-	out, rerr := io.ReadAll(l.statusR)
+	r := bufio.NewReaderSize(l.statusR, 512)
+	line, rerr := r.ReadString('\n')
+	if line == preparedStarted {
+		return newExitReport(l.statusR, r), nil
+	}
+	rest, _ := io.ReadAll(r) // a failure is one JSON status, then EOF
+	out := append([]byte(line), rest...)
 	l.statusR.Close()
 	if len(out) > 0 {
 		var st helperStatus
 		if err := json.Unmarshal(out, &st); err != nil {
-			return &ExecError{Stage: "helper", Msg: fmt.Sprintf("unreadable status %q", out)}
+			return nil, &ExecError{Stage: "helper", Msg: fmt.Sprintf("unreadable status %q", out)}
 		}
-		return &ExecError{Stage: st.Stage, Errno: syscall.Errno(st.Errno), Msg: st.Msg}
+		return nil, &ExecError{Stage: st.Stage, Errno: syscall.Errno(st.Errno), Msg: st.Msg}
 	}
-	if rerr != nil {
-		return &ExecError{Stage: "helper", Msg: rerr.Error()}
+	if rerr != nil && rerr != io.EOF {
+		return nil, &ExecError{Stage: "helper", Msg: rerr.Error()}
 	}
 	if werr != nil {
-		return &ExecError{Stage: "plan", Msg: werr.Error()}
+		return nil, &ExecError{Stage: "plan", Msg: werr.Error()}
 	}
-	return nil
+	return nil, nil
 }
 
 // Abort releases the pipes after a failed start.

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,10 +92,10 @@ func superviseInit(p *wirePlan, ps *pins, sigs chan os.Signal, thread *spawnThre
 }
 
 // spawnCommand forks and execs the command from the spawning thread, once
-// confineAtStart is done, and tells the daemon it runs: EOF on the status
-// pipe, or (a prepared sandbox, whose daemon cannot tell EOF from a helper
-// that died before the start) preparedStarted on its socket, which stays
-// open for the report of the command's exit.
+// confineAtStart is done, and tells the daemon it runs: preparedStarted
+// on the status descriptor (the pipe, or a prepared sandbox's socket: EOF
+// alone could be a helper that died before the start), which stays open
+// for the report of the command's exit.
 func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Process, string, error) {
 	if stage, err := confineAtStart(p, filtered); err != nil {
 		return nil, stage, err
@@ -140,18 +141,18 @@ func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Pro
 	if err != nil {
 		return nil, "exec", err
 	}
-	if p.Prepare {
-		_, _ = unix.Write(statusFD, []byte(preparedStarted))
-	} else {
-		_ = unix.Close(statusFD) // EOF: the daemon's Start returns
-	}
+	// The init says so (its daemon cannot tell EOF from a helper that died
+	// before the start) and keeps the descriptor for the report of the
+	// command's exit.
+	_, _ = unix.Write(statusFD, []byte(preparedStarted))
+
 	return proc, "", nil
 }
 
 // reapLoop reaps every child, in a blocking wait4 (the command's exit
 // wakes it directly), until the command has exited, then exits the init
 // with the command's status as the daemon reports it (128+N for a death
-// by signal N): reported first on a prepared sandbox's socket (see
+// by signal N): reported first on the status descriptor (see
 // ExitReport).
 func reapLoop(p *wirePlan, cmd int) {
 	code := 128 + int(unix.SIGKILL) // ECHILD: cannot happen while the command is our child
@@ -172,11 +173,38 @@ func reapLoop(p *wirePlan, cmd int) {
 			break
 		}
 	}
-	if p.Prepare {
-		// A daemon that closed its end gets nothing.
-		_, _ = unix.Write(statusFD, []byte(preparedExit+strconv.Itoa(code)+"\n"))
-	}
+	endTree()
+	// A daemon that closed its end gets nothing.
+	_, _ = unix.Write(statusFD, []byte(preparedExit+strconv.Itoa(code)+"\n"))
 	os.Exit(code)
+}
+
+// endTreeBound bounds endTree's wait for what it killed (a process in an
+// uninterruptible sleep dies when it wakes; the namespace's end, at the
+// init's exit, waits for it anyway).
+const endTreeBound = 100 * time.Millisecond
+
+// endTree kills and reaps what the command left in the namespace before
+// the init reports the command's exit: when the daemon reports it, none
+// of the tree runs (the init's own exit, which ends the namespace, its
+// mounts and /dev/shm, follows). kill(-1) from a namespace's init reaches
+// every other process in it; with nothing left, it fails at once.
+func endTree() {
+	if err := unix.Kill(-1, unix.SIGKILL); err == unix.ESRCH {
+		return
+	}
+	deadline := time.Now().Add(endTreeBound)
+	for time.Now().Before(deadline) {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		switch {
+		case err == unix.EINTR:
+		case err != nil: // ECHILD: all reaped
+			return
+		case pid == 0:
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
 }
 
 // forwarded are the signals the init passes on to the command's process

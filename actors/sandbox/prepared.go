@@ -53,6 +53,7 @@ type preparedPool struct {
 	ready     []*preparedSandbox // the most recently made last; at most maxPrepared
 	preparing map[string]bool
 	closed    bool
+	closing   chan struct{} // closed by close: preparations waiting to begin give up
 	wg        sync.WaitGroup
 
 	// Counters, read by Host.PreparedStats (metrics) and tests.
@@ -66,6 +67,16 @@ type preparedPool struct {
 // helper process (about 15 MB resident, most of it this executable's
 // shared pages) until it is used, replaced or the Host closed.
 const maxPrepared = 2
+
+// preparedDelay is how long after the start that asks for it a
+// preparation begins if its command still runs (or its end is not seen:
+// a report nobody waits for); preparedGrace, how long after the
+// command's end. An agent's next command comes after it has read the
+// last one's output and thought.
+const (
+	preparedDelay = 10 * time.Millisecond
+	preparedGrace = time.Millisecond
+)
 
 // preparedNice is the priority a sandbox is prepared at (see
 // prepareSandbox); its command runs at the daemon's.
@@ -233,7 +244,7 @@ func (pp *preparedPool) take(cheap string) *preparedSandbox {
 // refill prepares, in the background, a sandbox for the next start of
 // policy with network mode mode, unless one is ready or being prepared
 // for key (the key of the start that asks).
-func (pp *preparedPool) refill(h *Host, policy *Policy, mode, key string) {
+func (pp *preparedPool) refill(h *Host, policy *Policy, mode, key string, exited <-chan struct{}) {
 	if pp == nil {
 		return
 	}
@@ -250,7 +261,9 @@ func (pp *preparedPool) refill(h *Host, policy *Policy, mode, key string) {
 	}
 	if pp.preparing == nil {
 		pp.preparing = map[string]bool{}
+		pp.closing = make(chan struct{})
 	}
+	closing := pp.closing
 	pp.preparing[key] = true
 	pp.wg.Add(1)
 	pp.mu.Unlock()
@@ -258,6 +271,34 @@ func (pp *preparedPool) refill(h *Host, policy *Policy, mode, key string) {
 	fresh.planned, fresh.checkedBy = nil, nil
 	go func() {
 		defer pp.wg.Done()
+		// Not while the start that asked runs its command: a preparation
+		// is some 5 ms of CPU (a helper's exec and Go start-up, the
+		// namespaces, the mounts) that would compete with that command
+		// and the delivery of its output (Round 6 in BENCHMARKS.md: the
+		// start's latency rose by half a millisecond). It begins
+		// preparedGrace after the command's end (its output is delivered
+		// by then), or preparedDelay after the start for a command that
+		// runs on (or whose end this start cannot see).
+		delay := time.NewTimer(preparedDelay)
+		defer delay.Stop()
+		select {
+		case <-delay.C:
+		case <-exited:
+			delay.Reset(preparedGrace)
+			select {
+			case <-delay.C:
+			case <-closing:
+			}
+		case <-closing:
+		}
+		select {
+		case <-closing:
+			pp.mu.Lock()
+			delete(pp.preparing, key)
+			pp.mu.Unlock()
+			return
+		default:
+		}
 		t, err := prepareSandbox(h, &fresh, mode)
 		var evicted []*preparedSandbox
 		pp.mu.Lock()
@@ -295,7 +336,12 @@ func (pp *preparedPool) close() {
 		return
 	}
 	pp.mu.Lock()
-	pp.closed = true
+	if !pp.closed {
+		pp.closed = true
+		if pp.closing != nil {
+			close(pp.closing)
+		}
+	}
 	ready := pp.ready
 	pp.ready = nil
 	pp.mu.Unlock()
@@ -537,7 +583,7 @@ func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, 
 	r := bufio.NewReaderSize(t.sock, 512)
 	line, rerr := r.ReadString('\n')
 	if line == preparedStarted {
-		return t.proc, &ExitReport{f: t.sock, r: r}, wp, planned, nil
+		return t.proc, newExitReport(t.sock, r), wp, planned, nil
 	}
 	t.sock.Close()
 	_, _ = t.proc.Wait() // it exits (or has exited) without the command
@@ -557,14 +603,28 @@ func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, 
 	return nil, nil, wp, planned, &ExecError{Stage: "helper", Msg: fmt.Sprintf("the prepared sandbox ended during the start (%v, %v)", werr, rerr)}
 }
 
-// ExitReport is the init's report of its command's exit (a start on a
-// prepared sandbox): the status the init would exit with, sent as soon as
+// ExitReport is the init's report of its command's exit (a start with a
+// pid namespace, prepared or not): the status the init would exit with, sent as soon as
 // it reaped the command, before it exits itself (and the kernel tears its
 // namespaces down, about half a millisecond for the helper's Go runtime
 // alone). The caller still reaps the init, which exits at once after.
 type ExitReport struct {
-	f *os.File
-	r *bufio.Reader
+	f      *os.File
+	r      *bufio.Reader
+	exited chan struct{} // closed once Wait has returned
+}
+
+func newExitReport(f *os.File, r *bufio.Reader) *ExitReport {
+	return &ExitReport{f: f, r: r, exited: make(chan struct{})}
+}
+
+// exitedChan is closed once the command's end is known (Wait returned);
+// nil (never) for a nil report.
+func (e *ExitReport) exitedChan() <-chan struct{} {
+	if e == nil {
+		return nil
+	}
+	return e.exited
 }
 
 // Wait blocks (in the runtime poller: no thread) until the command has
@@ -576,6 +636,7 @@ func (e *ExitReport) Wait() (status int, ok bool) {
 	if e == nil {
 		return 0, false
 	}
+	defer close(e.exited)
 	line, err := e.r.ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, preparedExit) {
 		return 0, false

@@ -368,16 +368,30 @@ func TestPreparedExitReport(t *testing.T) {
 	if st, err := proc.Wait(); err != nil || st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Errorf("the killed init: %v %v", st, err)
 	}
-	// A fresh start: no report.
+	// A fresh start with a pid namespace: its init reports too.
 	proc, report, err = StartReported(&fresh, shPlan(p, `exit 3`), attr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if report != nil {
-		t.Errorf("a fresh start returned a report")
+	if status, ok := report.Wait(); !ok || status != 3 {
+		t.Errorf("a fresh start's report: %d %v, want 3 true", status, ok)
 	}
+	report.Close()
 	if st, err := proc.Wait(); err != nil || st.ExitCode() != 3 {
 		t.Errorf("fresh: %v %v", st, err)
+	}
+	// Without a pid namespace there is no init to report: none.
+	inherit := fresh
+	inherit.PidNamespace = PidInherit
+	proc, report, err = StartReported(&inherit, shPlan(p, `exit 3`), attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report != nil {
+		t.Errorf("a start without an init returned a report")
+	}
+	if st, err := proc.Wait(); err != nil || st.ExitCode() != 3 {
+		t.Errorf("inherit: %v %v", st, err)
 	}
 }
 

@@ -40,7 +40,8 @@ func Start(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, error) {
 }
 
 // StartReported is Start, and for a command whose init reports the
-// command's exit (a start on a prepared sandbox, see prepared.go) that
+// command's exit (a namespaced start with a pid namespace, whose helper
+// stays as the command's init: see ExitReport) that
 // report; nil otherwise. The caller that takes the report learns the
 // command's status as soon as the init reaped it, before the init (and
 // with it the namespaces) has gone: see ExitReport.
@@ -232,28 +233,32 @@ func stageError(stage string, err error) *ExecError {
 // startHelper starts plan through the helper: the plan goes on fd 3, the
 // status comes back on fd 4, in a new mount namespace when the policy
 // needs overlays.
-func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, *ExitReport, error) {
+func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (proc *os.Process, report *ExitReport, err error) {
 	plan.Dir = attr.Dir
 	plan.Ctty = attr.Sys != nil && attr.Sys.Setctty
 	var (
 		wp      wirePlan
 		planned bool
-		err     error
+		refill  bool // prepare the next sandbox of wp's plan (after this start)
 	)
 	pp, mode := h.preparedFor(plan, attr), netMode(plan)
+	defer func() {
+		if refill {
+			// The next start of this plan finds its sandbox prepared: made
+			// once this start's command has ended (or a while after it
+			// began, see refill), so as not to compete with it.
+			pp.refill(h, plan.Policy, mode, prepKey(wp, mode), report.exitedChan())
+		}
+	}()
 	if t := pp.take(cheapKey(plan.Policy, mode)); t != nil {
 		// A sandbox prepared for this policy: the start goes to it at once
 		// and runs there if the plan, made meanwhile, is the one it was
 		// built from.
-		var proc *os.Process
-		var report *ExitReport
 		proc, report, wp, planned, err = startOnPrepared(h, t, plan, attr, mode)
 		if err == nil {
 			pp.used.Add(1)
 		}
-		if planned {
-			defer pp.refill(h, plan.Policy, mode, prepKey(wp, mode))
-		}
+		refill = planned
 		if err != errPreparedGone {
 			return proc, report, err
 		}
@@ -270,10 +275,7 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, *ExitRepor
 		if wp.NS != nil && afterNamespacePlan != nil {
 			afterNamespacePlan()
 		}
-		if pp != nil {
-			// The next start of this plan finds its sandbox prepared.
-			defer pp.refill(h, plan.Policy, mode, prepKey(wp, mode))
-		}
+		refill = pp != nil
 	}
 	if wp.NS != nil && wp.NS.NetNS {
 		// An empty network namespace made ahead, if one is ready; the next
@@ -318,16 +320,17 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (*os.Process, *ExitRepor
 		}
 		a.Sys = &sys
 	}
-	proc, err := os.StartProcess(l.Exe, l.Argv, &a)
+	proc, err = os.StartProcess(l.Exe, l.Argv, &a)
 	if err != nil {
 		l.Abort()
 		return nil, nil, err
 	}
-	if herr := l.Started(); herr != nil {
+	report, herr := l.started()
+	if herr != nil {
 		_, _ = proc.Wait() // the helper exits at once; reap it
 		return nil, nil, herr
 	}
-	return proc, nil, nil
+	return proc, report, nil
 }
 
 // preparedAttr reports whether a prepared sandbox can honour attr: it was
