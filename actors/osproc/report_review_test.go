@@ -275,3 +275,79 @@ func TestReviewReportDescendantsEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxStopStopsTheCommand: SIGSTOP through Session.Signal stops the
+// sandboxed command (not only its init), fresh and prepared, and SIGCONT
+// lets it go on: the command's state on the host is 'T', then not.
+func TestSandboxStopStopsTheCommand(t *testing.T) {
+	prepared, fresh := reviewIso(t)
+	for _, c := range []struct {
+		name       string
+		iso        Isolation
+		onPrepared bool
+	}{{"fresh", fresh, false}, {"prepared", prepared, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := startReviewed(t, c.iso, `echo ready; while :; do sleep 0.05; done`, c.onPrepared)
+			defer finish(s)
+			waitReady(t, s)
+			cmd := childOf(t, s.pid)
+			if err := s.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, cmd, func(st string) bool { return st == "T" }, "stopped")
+			if st := procState(s.pid); st == "T" {
+				t.Errorf("the init %d stopped too", s.pid)
+			}
+			if err := s.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			waitState(t, cmd, func(st string) bool { return st != "T" }, "running again")
+		})
+	}
+}
+
+// childOf is pid's one child on the host (the sandbox init's command,
+// forked by one of its threads: each thread lists its own children).
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all string
+	for _, task := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		all += string(b)
+	}
+	var child int
+	if _, err := fmt.Sscan(all, &child); err != nil {
+		t.Fatalf("children of %d: %q", pid, all)
+	}
+	return child
+}
+
+// procState is the state letter of pid in /proc/pid/stat ("" if gone).
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2 : i+3]
+	}
+	return ""
+}
+
+// waitState waits (bounded: the kernel signals no state change) until
+// pid's state satisfies ok.
+func waitState(t *testing.T, pid int, ok func(string) bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for st := procState(pid); !ok(st); st = procState(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("command %d not %s: state %q", pid, what, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -170,6 +170,11 @@ func (s *osSession) CloseStdin() error {
 }
 
 func (s *osSession) Signal(sig syscall.Signal) error {
+	if sig == syscall.SIGSTOP && s.report != nil {
+		// A sandbox's init: SIGSTOP would stop it, not the command; it
+		// stops the command's group on StopRelay.
+		sig = sandbox.StopRelay
+	}
 	if sig == syscall.SIGKILL && s.report == nil {
 		// The whole tree, including descendants that left the group,
 		// while its root still holds it together (the subreaper's

@@ -209,12 +209,18 @@ func endTree() {
 
 // forwarded are the signals the init passes on to the command's process
 // group: every signal a client can send with process/signal that a
-// process can catch; SIGSTOP and SIGKILL cannot be caught (SIGKILL from
-// the daemon ends the init, and with it the namespace; SIGSTOP stops the
-// init only).
+// process can catch, and StopRelay. SIGSTOP and SIGKILL cannot be caught:
+// SIGKILL from the daemon ends the init, and with it the namespace; a
+// SIGSTOP for the tree is sent to the init as StopRelay (osproc does).
 var forwarded = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM, unix.SIGUSR1, unix.SIGUSR2,
 	unix.SIGALRM, unix.SIGCONT, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGWINCH, unix.SIGABRT,
-	unix.SIGPWR, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGIO, unix.SIGSYS, unix.SIGTRAP}
+	unix.SIGPWR, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGIO, unix.SIGSYS, unix.SIGTRAP, StopRelay}
+
+// StopRelay is what a sandbox's init turns into a SIGSTOP of its
+// command's process group: SIGSTOP itself cannot be caught, and sent to
+// the init would stop the init alone. A real-time signal no runtime
+// (Go's, glibc's 32 and 33) uses; SIGCONT is forwarded as it is.
+const StopRelay = syscall.Signal(40)
 
 // forwardSignals passes every signal the init catches to the command's
 // process group (the command itself if the group is gone), until the
@@ -224,6 +230,9 @@ func forwardSignals(cmd int, sigs <-chan os.Signal) {
 		s, ok := sig.(syscall.Signal)
 		if !ok || s == unix.SIGURG || s == unix.SIGPIPE {
 			continue
+		}
+		if s == StopRelay {
+			s = unix.SIGSTOP
 		}
 		if err := unix.Kill(-cmd, s); err == unix.ESRCH {
 			_ = unix.Kill(cmd, s)
