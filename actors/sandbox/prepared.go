@@ -51,11 +51,18 @@ type preparedPool struct {
 	closed    bool
 	closing   chan struct{} // closed by close: preparations waiting to begin give up
 	wg        sync.WaitGroup
+	// watching: the mount watch runs (watchMounts, started with the
+	// first preparation); unwatch is the write end of its wake-up pipe,
+	// closed by close.
+	watching bool
+	unwatch  int
+	watchWG  sync.WaitGroup
 
 	// Counters, read by Host.PreparedStats (metrics) and tests.
-	used   atomic.Uint64 // starts served by a prepared sandbox
-	failed atomic.Uint64 // preparations that failed
-	missed atomic.Uint64 // eligible starts that started a fresh helper: none ready for their plan, or the one taken was gone
+	used    atomic.Uint64 // starts served by a prepared sandbox
+	failed  atomic.Uint64 // preparations that failed
+	missed  atomic.Uint64 // eligible starts that started a fresh helper: none ready for their plan, or the one taken was gone
+	dropped atomic.Uint64 // waiting sandboxes ended because the mount table changed (tests)
 }
 
 // maxPrepared is how many policies have a sandbox waiting (Codex
@@ -259,6 +266,9 @@ func (pp *preparedPool) refill(h *Host, policy *Policy, mode, key string, exited
 		pp.preparing = map[string]bool{}
 		pp.closing = make(chan struct{})
 	}
+	if !pp.watching {
+		pp.startWatch()
+	}
 	closing := pp.closing
 	pp.preparing[key] = true
 	pp.wg.Add(1)
@@ -337,6 +347,9 @@ func (pp *preparedPool) close() {
 		if pp.closing != nil {
 			close(pp.closing)
 		}
+		if pp.watching {
+			unix.Close(pp.unwatch) // ends watchMounts
+		}
 	}
 	ready := pp.ready
 	pp.ready = nil
@@ -345,6 +358,7 @@ func (pp *preparedPool) close() {
 		t.discard()
 	}
 	pp.wg.Wait()
+	pp.watchWG.Wait()
 }
 
 // prepareSandbox starts a helper that builds policy's namespaces and waits
@@ -463,4 +477,55 @@ func (pp *preparedPool) usedCount() uint64 {
 		return 0
 	}
 	return pp.used.Load()
+}
+
+// startWatch starts watchMounts (pp.mu held; no I/O but opening a file
+// and a pipe). Without either, waiting sandboxes are only dropped when a
+// start finds them stale or the Host closes.
+func (pp *preparedPool) startWatch() {
+	mi, err := unix.Open("/proc/self/mountinfo", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		unix.Close(mi)
+		return
+	}
+	pp.watching, pp.unwatch = true, p[1]
+	pp.watchWG.Add(1)
+	go pp.watchMounts(mi, p[0])
+}
+
+// watchMounts ends the waiting sandboxes whenever the daemon's mount
+// table changes, until close: a sandbox's mount namespace is a copy of
+// the table it was prepared from, which keeps every file system mounted
+// then in use (a disk the operator unmounts stays busy) for as long as it
+// waits, and no start would take it any more (its key has the table's
+// digest). Its own mountinfo descriptor: the kernel reports each change
+// once per open file, and mountTable polls another.
+func (pp *preparedPool) watchMounts(mi, wake int) {
+	defer pp.watchWG.Done()
+	defer unix.Close(mi)
+	defer unix.Close(wake)
+	fds := []unix.PollFd{{Fd: int32(mi), Events: unix.POLLPRI}, {Fd: int32(wake), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+			return
+		}
+		if fds[1].Revents != 0 {
+			return // close
+		}
+		if fds[0].Revents&(unix.POLLPRI|unix.POLLERR) == 0 {
+			continue
+		}
+		pp.mu.Lock()
+		stale := pp.ready
+		pp.ready = nil
+		pp.mu.Unlock()
+		for _, t := range stale {
+			t.discard()
+			pp.dropped.Add(1)
+		}
+	}
 }

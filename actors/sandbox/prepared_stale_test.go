@@ -282,3 +282,41 @@ func TestPreparedStaleUnmount(t *testing.T) {
 		t.Errorf("a file system unmounted after the preparation: the prepared sandbox (used %d) wrote into it, not into the host's directory (%v)", usedNow, gotErr)
 	}
 }
+
+// TestPreparedEndedOnMountChange: a waiting sandbox is ended as soon as
+// the daemon's mount table changes (its copy of the table would keep
+// every file system mounted at its preparation busy while it waits, and
+// no start could take it any more): a bind mount on the host, and the
+// waiting helper is gone, reaped, without any start.
+func TestPreparedEndedOnMountChange(t *testing.T) {
+	h := preparedHost(t)
+	ws := t.TempDir()
+	p := codexWorkspaceWrite(ws)
+	primePrepared(t, h, Plan{Policy: p}, ws)
+	pids := h.prepared.readyPids()
+	if len(pids) == 0 {
+		t.Fatal("no sandbox waiting after the prime")
+	}
+	dropped := h.prepared.dropped.Load()
+	sub := filepath.Join(t.TempDir(), "m")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(sub, sub, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("bind mount: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(sub, unix.MNT_DETACH) })
+	// The watch ends it on its own goroutine: looked at, bounded.
+	deadline := time.Now().Add(10 * time.Second)
+	for h.prepared.dropped.Load() == dropped || len(h.prepared.readyPids()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a sandbox still waits %v after the mount table changed", h.prepared.readyPids())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, pid := range pids {
+		if err := unix.Kill(pid, 0); err != unix.ESRCH {
+			t.Errorf("the ended helper %d is still there (%v)", pid, err)
+		}
+	}
+}
