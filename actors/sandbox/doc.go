@@ -73,7 +73,9 @@
 // bound, a mount made since) starts its own helper; one found dead before
 // it read its start (an idle helper killed) falls back to its own helper;
 // a failure after it read its start is that start's *ExecError. A failed
-// preparation is counted and leaves the next start to its own helper. An
+// preparation is counted and leaves the next start to its own helper. A
+// change of the daemon's mount table ends the waiting sandboxes at once
+// (watchMounts): they hold a copy of the old table's mounts. An
 // ExitReport says nothing if its init was killed: the init's own wait
 // status is then the exit.
 //
