@@ -287,7 +287,9 @@ func TestSandboxStopStopsTheCommand(t *testing.T) {
 		onPrepared bool
 	}{{"fresh", fresh, false}, {"prepared", prepared, true}} {
 		t.Run(c.name, func(t *testing.T) {
-			s := startReviewed(t, c.iso, `echo ready; while :; do sleep 0.05; done`, c.onPrepared)
+			// One process (a shell forking sleeps would be seen in its
+			// vfork's wait, state D, while the stopped group holds it).
+			s := startReviewed(t, c.iso, `echo ready; exec sleep 1000`, c.onPrepared)
 			defer finish(s)
 			waitReady(t, s)
 			cmd := childOf(t, s.pid)
