@@ -69,8 +69,9 @@
 // # Failure semantics
 //
 // A prepared sandbox never runs a command twice and never runs one on a
-// stale view: a start whose plan key differs (a file replaced, a socket
-// bound, a mount made since) starts its own helper; one found dead before
+// stale view: a start whose plan key differs (a file replaced, a mount
+// made since) starts its own helper; host sockets bound since are covered
+// by the start before its fork; one found dead before
 // it read its start (an idle helper killed) falls back to its own helper;
 // a failure after it read its start is that start's *ExecError. A failed
 // preparation is counted and leaves the next start to its own helper. A

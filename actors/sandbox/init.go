@@ -100,15 +100,6 @@ func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Pro
 	if stage, err := confineAtStart(p, filtered); err != nil {
 		return nil, stage, err
 	}
-	if p.NS.Hold {
-		// The daemon checks the plan while this start came in: it runs
-		// only on its word; anything else (the plan changed, the daemon
-		// is gone) ends the helper with nothing run.
-		var b [1]byte
-		if n, err := unix.Read(statusFD, b[:]); n != 1 || err != nil || b[0] != preparedGo {
-			os.Exit(0)
-		}
-	}
 	sys := &syscall.SysProcAttr{Setsid: true, Setctty: p.NS.Ctty, Ctty: 0, Credential: cred}
 	if p.NS.CgroupFD > 0 {
 		// Cloned into the tree's cgroup, and its cgroup namespace made

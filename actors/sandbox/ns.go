@@ -83,8 +83,6 @@ type nsPlan struct {
 	// Stdio, on a prepared sandbox, are the command's stdin, stdout and
 	// stderr as the start brought them (else they are the helper's 0-2).
 	Stdio [3]int `json:"-"`
-	// Hold, on a prepared sandbox: fork only on the daemon's preparedGo.
-	Hold bool `json:"-"`
 	// CgroupFD, on a prepared sandbox, is the tree's cgroup (v2), which
 	// the command is cloned into (0: none, or the helper was).
 	CgroupFD int `json:"-"`
@@ -508,6 +506,42 @@ func setupProc() error {
 		}
 		if err := unix.MountSetattr(unix.AT_FDCWD, p, unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
 			return fmt.Errorf("make %s read-only: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// coverSockets covers, in a prepared sandbox's namespace, host UNIX
+// sockets bound since it was built (its start's plan lists them), as
+// setupMounts covered the others: each with the empty, unreadable file
+// (connect: ECONNREFUSED or EACCES); one unbound meanwhile is skipped.
+// On the helper's main thread, before the command's fork.
+func coverSockets(ops []mountOp, scratch string) error {
+	var ps pins
+	defer ps.close()
+	hidden, err := makeHidden(scratch)
+	defer hidden.release()
+	if err != nil {
+		return err
+	}
+	for _, m := range ops {
+		target, err := ps.currentSocket(m.Path)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTSOCK) {
+			continue // unbound since the plan: nothing left to connect to
+		}
+		if err != nil {
+			return err
+		}
+		src, err := unix.OpenTree(unix.AT_FDCWD, hidden.file, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("hide %s: %w", m.Path, err)
+		}
+		ps = append(ps, src)
+		if err := unix.MountSetattr(src, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+			return fmt.Errorf("hide %s: %w", m.Path, err)
+		}
+		if err := unix.MoveMount(src, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mount over %s: %w", m.Path, err)
 		}
 	}
 	return nil

@@ -27,8 +27,8 @@ import (
 // plan made afresh (buildNS), its signals caught; it then says it is ready
 // and waits on a socket for one start. A start whose own plan is exactly
 // the plan the sandbox was built from (the same rules, resolved to the
-// same files, the same protected paths, the same host sockets covered:
-// prepKey) takes it: the daemon moves it into the tree's cgroups (v2 and
+// same files, the same protected paths, the same mount table: prepKey;
+// host sockets bound since are covered at the start) takes it: the daemon moves it into the tree's cgroups (v2 and
 // v1) and sends what is the start's alone (the command, environment,
 // working directory, rlimits, and as SCM_RIGHTS the stdio, the PTY's
 // devpts and the caller's network namespace). Its spawning thread was
@@ -38,7 +38,7 @@ import (
 // working directory, forks the command and says so; the helper stays as
 // the init, and reports the command's exit on the socket before its own
 // (ExitReport). A start whose plan differs (a file
-// replaced, a socket bound since) does not take it: it starts its own
+// replaced, a mount made since) does not take it: it starts its own
 // helper, and the next one is prepared for its plan.
 //
 // Concurrency: mu guards ready, preparing and closed; no I/O under it.
@@ -89,10 +89,11 @@ const preparedNice = 10
 const preparedTimeout = 10 * time.Second
 
 type preparedSandbox struct {
-	key   string
-	cheap string // cheapKey: what a start takes it by, before its plan is made
-	proc  *os.Process
-	sock  *os.File // the daemon's end of the socket pair
+	sockets map[string]fileID // the host sockets its preparation covered
+	key     string
+	cheap   string // cheapKey: what a start takes it by, before its plan is made
+	proc    *os.Process
+	sock    *os.File // the daemon's end of the socket pair
 }
 
 // What a prepared sandbox writes on its socket, a line each:
@@ -135,6 +136,14 @@ func prepKey(wp wirePlan, mode string) string {
 		Mounts string  `json:"mounts"`
 	}{Mode: mode, Policy: wp.Policy, Layers: wp.Layers, NS: *wp.NS, Scrtch: wp.Scratch, Mounts: mountTable()}
 	k.NS.Dir, k.NS.Ctty, k.NS.DevPtsFD, k.NS.NetNSFD, k.NS.NetNS, k.NS.GivenNetNS, k.NS.Nice = "", false, 0, 0, false, false, 0
+	// Host sockets are not the key's: a start covers those bound since the
+	// preparation (startOnPrepared), and one gone takes its cover with it.
+	k.NS.Mounts = nil
+	for _, m := range wp.NS.Mounts {
+		if !m.Socket {
+			k.NS.Mounts = append(k.NS.Mounts, m)
+		}
+	}
 	b, _ := json.Marshal(k)
 	return string(b)
 }
@@ -430,7 +439,12 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 	if err != nil {
 		return nil, err
 	}
-	t = &preparedSandbox{key: key, cheap: cheap, proc: proc, sock: mine}
+	t = &preparedSandbox{key: key, cheap: cheap, proc: proc, sock: mine, sockets: map[string]fileID{}}
+	for _, m := range wp.NS.Mounts {
+		if m.Socket {
+			t.sockets[m.Path] = m.ID
+		}
+	}
 	planR.Close()
 	_, werr := planW.Write(raw)
 	planW.Close()

@@ -141,9 +141,28 @@ func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, 
 			return fail(fmt.Errorf("sandbox cgroup: %w", err))
 		}
 	}
+	// The host sockets bound since the preparation (its key leaves them
+	// out: sockets come and go on a busy host) are covered by the helper
+	// before the fork; those gone since, it need not uncover (unlinking a
+	// mount point detaches its mounts in every namespace).
+	var covers []mountOp
+	for _, m := range wp.NS.Mounts {
+		if m.Socket && t.sockets[m.Path] != m.ID {
+			covers = append(covers, m)
+		}
+	}
+	word := []byte{preparedGo, 0, 0, 0, 0}
+	if len(covers) > 0 {
+		b, err := json.Marshal(covers)
+		if err != nil {
+			return fail(fmt.Errorf("sandbox: encode socket covers: %w", err))
+		}
+		binary.BigEndian.PutUint32(word[1:], uint32(len(b)))
+		word = append(word, b...)
+	}
 	goSent := false
 	if werr == nil {
-		_, werr = t.sock.Write([]byte{preparedGo})
+		_, werr = t.sock.Write(word)
 		goSent = werr == nil
 	}
 	// The socket now carries the start's status, then the command's exit.
@@ -268,8 +287,63 @@ func preparedMain(p *wirePlan) helperStatus {
 		if stage, err := applyStart(p, st, fds, onMain); err != nil {
 			return nil, stage, err
 		}
+		if st.Hold {
+			// The daemon checks the plan while this start came in: it runs
+			// only on its word; anything else (the plan changed, the daemon
+			// is gone) ends the helper with nothing run. The word carries
+			// the host sockets bound since the preparation, covered here
+			// as the preparation covered the others.
+			covers, ok := readGo(statusFD)
+			if !ok {
+				os.Exit(0)
+			}
+			if len(covers) > 0 {
+				if err := onMain(func() error { return coverSockets(covers, p.Scratch) }); err != nil {
+					return nil, "mounts", err
+				}
+			}
+		}
 		return spawnCommand(p, cred, filtered)
 	})
+}
+
+// readGo reads the daemon's word to go on (preparedGo, then the length
+// and the JSON of the socket covers to add); false for anything else.
+func readGo(fd int) ([]mountOp, bool) {
+	var hdr [5]byte
+	if !readFull(fd, hdr[:]) || hdr[0] != preparedGo {
+		return nil, false
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n == 0 {
+		return nil, true
+	}
+	if n > 16<<20 {
+		return nil, false
+	}
+	body := make([]byte, n)
+	if !readFull(fd, body) {
+		return nil, false
+	}
+	var covers []mountOp
+	if err := json.Unmarshal(body, &covers); err != nil {
+		return nil, false
+	}
+	return covers, true
+}
+
+func readFull(fd int, b []byte) bool {
+	for got := 0; got < len(b); {
+		k, err := unix.Read(fd, b[got:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || k == 0 {
+			return false
+		}
+		got += k
+	}
+	return true
 }
 
 // applyStart makes the start's own part of a prepared sandbox's plan (the
@@ -292,7 +366,7 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 		return "plan", fmt.Errorf("%d descriptors with the start, want %d", len(fds), want)
 	}
 	p.Path, p.Argv, p.Env = st.Path, st.Argv, st.Env
-	np.Dir, np.Ctty, np.Hold, np.Nice = st.Dir, st.Ctty, st.Hold, st.Nice
+	np.Dir, np.Ctty, np.Nice = st.Dir, st.Ctty, st.Nice
 	for _, r := range st.Rlimits {
 		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
