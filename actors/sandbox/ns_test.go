@@ -3,8 +3,6 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"github.com/runtimed/runtimed/actors/sandbox/sandboxtest"
-	"golang.org/x/sys/unix"
 	"io"
 	"net"
 	"os"
@@ -13,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/runtimed/runtimed/actors/sandbox/sandboxtest"
+	"golang.org/x/sys/unix"
 )
 
 // nsHost is a probed host at the namespaces level, or a skip naming what
@@ -283,19 +284,34 @@ except OSError as e:
 func TestNamespacePTYJobControl(t *testing.T) {
 	h := nsHost(t)
 	ws := t.TempDir()
+	got := runJobControl(t, h, codexWorkspaceWrite(ws), ws, func() {})
+	if !strings.Contains(got, "after 148") || !strings.Contains(got, "Stopped") || !strings.Contains(got, "done-jc") {
+		t.Errorf("job control on the sandboxed terminal: %q", got)
+	}
+}
+
+// runJobControl runs, under p on a PTY of the sandbox's own, a bash that
+// puts a sleep in the foreground of its terminal and reports how it ended,
+// sends ^Z from the terminal until the command has exited (the first may
+// come before the job is the terminal's foreground group; bounded by the
+// sleep's 30 s), and returns the terminal's output. started runs once the
+// start returned.
+func runJobControl(t *testing.T, h *Host, p *Policy, ws string, started func()) string {
+	t.Helper()
 	master, slave, devpts, ok, err := h.OpenPTY(24, 80)
 	if err != nil || !ok {
 		t.Fatalf("OpenPTY: %v %v", ok, err)
 	}
 	defer master.Close()
-	proc, err := Start(h, Plan{Path: "/bin/bash", Argv: []string{"bash", "-c", `set -m; echo ready; sleep 30; echo "after $?"; jobs; kill -9 %1; echo done-jc`},
-		Env: []string{"PATH=/usr/bin:/bin"}, Policy: codexWorkspaceWrite(ws), DevPts: devpts},
+	proc, err := Start(h, Plan{Path: "/bin/bash", Argv: []string{"bash", "-c", `set -m; echo ready; sleep 30; echo "after $?"; jobs; kill -9 %1; echo done-jc; exit 5`},
+		Env: []string{"PATH=/usr/bin:/bin"}, Policy: p, DevPts: devpts},
 		&os.ProcAttr{Dir: ws, Files: []*os.File{slave, slave, slave}, Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true}})
 	slave.Close()
 	devpts.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	started()
 	out := make(chan string, 1)
 	go func() {
 		var b []byte
@@ -309,12 +325,9 @@ func TestNamespacePTYJobControl(t *testing.T) {
 			}
 		}
 	}()
-	// ^Z until the job is stopped (the first may come before the job is
-	// the terminal's foreground group); bounded by the sleep's 30 s.
 	done := make(chan struct{})
 	go func() {
-		st, _ := proc.Wait()
-		_ = st
+		_, _ = proc.Wait()
 		close(done)
 	}()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -327,10 +340,7 @@ func TestNamespacePTYJobControl(t *testing.T) {
 			_, _ = master.Write([]byte{0x1a})
 		}
 	}
-	got := strings.ReplaceAll(<-out, "\r", "")
-	if !strings.Contains(got, "after 148") || !strings.Contains(got, "Stopped") || !strings.Contains(got, "done-jc") {
-		t.Errorf("job control on the sandboxed terminal: %q", got)
-	}
+	return strings.ReplaceAll(<-out, "\r", "")
 }
 
 // TestNetNSNeedsNamespacesLevel: a Plan.NetNS the start cannot keep the

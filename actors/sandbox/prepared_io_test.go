@@ -74,51 +74,7 @@ func TestPreparedPTY(t *testing.T) {
 	})
 	t.Run("job-control", func(t *testing.T) {
 		used := primePrepared(t, h, Plan{Policy: p}, ws)
-		master, slave, devpts, ok, err := h.OpenPTY(24, 80)
-		if err != nil || !ok {
-			t.Fatalf("OpenPTY: %v %v", ok, err)
-		}
-		defer master.Close()
-		proc, err := Start(h, Plan{Path: "/bin/bash", Argv: []string{"bash", "-c", `set -m; echo ready; sleep 30; echo "after $?"; jobs; kill -9 %1; echo done-jc; exit 5`},
-			Env: []string{"PATH=/usr/bin:/bin"}, Policy: p, DevPts: devpts},
-			&os.ProcAttr{Dir: ws, Files: []*os.File{slave, slave, slave}, Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true}})
-		slave.Close()
-		devpts.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantUsed(t, h, used, 1, "the job-control start")
-		out := make(chan string, 1)
-		go func() {
-			var b []byte
-			buf := make([]byte, 256)
-			for {
-				n, err := master.Read(buf)
-				b = append(b, buf[:n]...)
-				if err != nil {
-					out <- string(b)
-					return
-				}
-			}
-		}()
-		done := make(chan struct{})
-		go func() {
-			_, _ = proc.Wait()
-			close(done)
-		}()
-		// ^Z until the job is stopped (the first may come before the job
-		// is the terminal's foreground group); bounded by the sleep's 30 s.
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for waiting := true; waiting; {
-			select {
-			case <-done:
-				waiting = false
-			case <-tick.C:
-				_, _ = master.Write([]byte{0x1a})
-			}
-		}
-		got := strings.ReplaceAll(<-out, "\r", "")
+		got := runJobControl(t, h, p, ws, func() { wantUsed(t, h, used, 1, "the job-control start") })
 		if !strings.Contains(got, "after 148") || !strings.Contains(got, "Stopped") || !strings.Contains(got, "done-jc") {
 			t.Errorf("job control on the prepared sandbox's terminal: %q", got)
 		}

@@ -88,12 +88,7 @@ func TestPreparedLifecycle(t *testing.T) {
 		h := preparedHost(t)
 		ws := t.TempDir()
 		p := codexWorkspaceWrite(ws)
-		used := primePrepared(t, h, Plan{Policy: p}, ws)
-		pids := h.prepared.readyPids()
-		if len(pids) != 1 {
-			t.Fatalf("waiting sandboxes: %v, want one", pids)
-		}
-		pid := pids[0]
+		used, pid := primeOne(t, h, p, ws)
 		sock := h.prepared.readySock(pid)
 		if err := unix.Kill(pid, unix.SIGKILL); err != nil {
 			t.Fatal(err)

@@ -213,18 +213,14 @@ func TestReviewPreparedHelperKilledBeforeStart(t *testing.T) {
 	h := preparedHost(t)
 	ws := t.TempDir()
 	p := codexWorkspaceWrite(ws)
-	used := primePrepared(t, h, Plan{Policy: p}, ws)
-	pids := h.prepared.readyPids()
-	if len(pids) != 1 {
-		t.Fatalf("waiting sandboxes %v", pids)
-	}
-	if err := unix.Kill(pids[0], unix.SIGKILL); err != nil {
+	used, pid := primeOne(t, h, p, ws)
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	// The kill is delivered before the start looks (it is not reaped: the
 	// pool is its parent).
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pids[0]))
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if f := strings.Fields(string(b)); len(f) > 2 && f[2] == "Z" {
 			break
 		}
@@ -238,8 +234,8 @@ func TestReviewPreparedHelperKilledBeforeStart(t *testing.T) {
 		t.Errorf("start after the helper died: %q exit %d %v", out, code, err)
 	}
 	wantUsed(t, h, used, 0, "a dead helper")
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pids[0])); err == nil {
-		t.Errorf("the dead helper %d was not reaped", pids[0])
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+		t.Errorf("the dead helper %d was not reaped", pid)
 	}
 }
 
@@ -295,17 +291,7 @@ func TestReviewPreparedConfinementAsFresh(t *testing.T) {
 	h := preparedHost(t)
 	fresh := *h
 	fresh.NoPrepare = true
-	base, err := os.MkdirTemp("/var/tmp", "runtimed-review-")
-	if err != nil {
-		t.Skipf("no directory outside /tmp: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	ws, outside := filepath.Join(base, "ws"), filepath.Join(base, "outside")
-	for _, d := range []string{ws, outside} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ws, outside := stageDirs(t, "ws", "outside")
 	script := `grep -E '^(Cap|NoNewPrivs|Seccomp|Uid|Gid|Groups)' /proc/self/status
 o() { a=$1; shift; if "$@" >/dev/null 2>&1; then echo "$a:OK"; else echo "$a:DENIED"; fi; }
 o ws-write sh -c 'echo x > ` + ws + `/w'
@@ -514,15 +500,11 @@ func TestReviewPreparedHelperKilledAfterTake(t *testing.T) {
 	h := preparedHost(t)
 	ws := t.TempDir()
 	p := codexWorkspaceWrite(ws)
-	used := primePrepared(t, h, Plan{Policy: p}, ws)
-	pids := h.prepared.readyPids()
-	if len(pids) != 1 {
-		t.Fatalf("waiting sandboxes %v", pids)
-	}
-	if err := unix.Kill(pids[0], unix.SIGSTOP); err != nil {
+	used, pid := primeOne(t, h, p, ws)
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Kill(pids[0], unix.SIGKILL)
+	defer unix.Kill(pid, unix.SIGKILL)
 	type result struct {
 		out  string
 		code int
@@ -539,7 +521,7 @@ func TestReviewPreparedHelperKilledAfterTake(t *testing.T) {
 			t.Fatal("the start did not take the waiting sandbox")
 		}
 	}
-	if err := unix.Kill(pids[0], unix.SIGKILL); err != nil {
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -551,7 +533,7 @@ func TestReviewPreparedHelperKilledAfterTake(t *testing.T) {
 		t.Fatal("the start hangs on a helper killed after the take")
 	}
 	wantUsed(t, h, used, 0, "a helper killed after the take")
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pids[0])); err == nil {
-		t.Errorf("the killed helper %d was not reaped", pids[0])
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+		t.Errorf("the killed helper %d was not reaped", pid)
 	}
 }

@@ -23,6 +23,19 @@ func stageDir(t *testing.T) string {
 	return base
 }
 
+// stageDirs makes directories a and b in a fresh stageDir.
+func stageDirs(t *testing.T, a, b string) (string, string) {
+	t.Helper()
+	base := stageDir(t)
+	da, db := filepath.Join(base, a), filepath.Join(base, b)
+	for _, d := range []string{da, db} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return da, db
+}
+
 // TestPreparedStaleSocket: UNIX sockets the host binds after the sandbox
 // was prepared (outside the writable roots) are out of reach, as from a
 // sandbox built for the start: a new one, and one that existed at the

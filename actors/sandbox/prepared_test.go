@@ -91,6 +91,18 @@ func primePrepared(t *testing.T, h *Host, plan Plan, dir string) uint64 {
 	return 0
 }
 
+// primeOne primes a sandbox for p in ws and returns the used count and
+// the pid of the one sandbox that waits for it.
+func primeOne(t *testing.T, h *Host, p *Policy, ws string) (uint64, int) {
+	t.Helper()
+	used := primePrepared(t, h, Plan{Policy: p}, ws)
+	pids := h.prepared.readyPids()
+	if len(pids) != 1 {
+		t.Fatalf("waiting sandboxes: %v, want one", pids)
+	}
+	return used, pids[0]
+}
+
 // wantUsed asserts how many starts since before ran on a prepared sandbox.
 func wantUsed(t *testing.T, h *Host, before, want uint64, what string) {
 	t.Helper()
@@ -181,17 +193,7 @@ func TestPreparedSameAsFresh(t *testing.T) {
 	h := preparedHost(t)
 	fresh := *h
 	fresh.NoPrepare = true
-	base, err := os.MkdirTemp("/var/tmp", "runtimed-prepared-")
-	if err != nil {
-		t.Skipf("no directory outside /tmp: %v", err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	ws, other := filepath.Join(base, "ws"), filepath.Join(base, "other")
-	for _, d := range []string{ws, other} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ws, other := stageDirs(t, "ws", "other")
 	p := codexWorkspaceWrite(ws)
 	// onPrepared runs plan on a prepared sandbox in dir.
 	onPrepared := func(t *testing.T, plan Plan, dir string) (string, int) {
