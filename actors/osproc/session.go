@@ -94,14 +94,16 @@ type osSession struct {
 	streams []Stream
 	stdin   *os.File // pipe write end, or the PTY master; nil without stdin
 	// report is the sandbox init's report of the command's exit (a start
-	// with a sandbox init, prepared or not; nil otherwise), read by Wait; the init is
-	// then reaped in the background, and initGone (made with report)
-	// closed by the waiter once it is.
+	// with a sandbox init, prepared or not; nil otherwise). The three
+	// fields are set by Start; from then on the waiter goroutine (Wait)
+	// owns the report (reads it, closes it) and closes reported once the
+	// report is in or known missing, then initGone once the init is
+	// reaped (in a goroutine of its own when the report came first). The
+	// owner goroutine only waits on the two channels (Release, Signal's
+	// choice of order reads report's nil-ness, fixed at Start).
 	report   *sandbox.ExitReport
-	initGone chan struct{}
-	// reported (made with report) is closed by the waiter once the
-	// report is in, or known missing.
 	reported chan struct{}
+	initGone chan struct{}
 }
 
 func (s *osSession) Pid() int            { return s.pid }
