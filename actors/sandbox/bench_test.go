@@ -158,3 +158,48 @@ func BenchmarkStartPremadeNetNS(b *testing.B) {
 	b.ReportMetric(float64(took[0].Microseconds())/float64(b.N), "premade-µs")
 	b.ReportMetric(float64(took[1].Microseconds())/float64(b.N), "cloned-µs")
 }
+
+// BenchmarkStartRecycled: back to back namespaced starts of /bin/true
+// with Plan.Recycle, as the daemon makes them (osproc): each start takes
+// the sandbox the last one gave back, while its init may still be
+// cleaning up after the last command (scrub). Start to the report of the
+// command's exit, against BenchmarkTrue.
+func BenchmarkStartRecycled(b *testing.B) {
+	h, err := Probe(os.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	if !h.Enforces() || !h.Namespaces {
+		b.Skip("no namespaces level here")
+	}
+	ws := b.TempDir()
+	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}, {Path: ws, Access: Write}, {Path: "/tmp", Access: Write}}}
+	devnull, _ := os.Open(os.DevNull)
+	defer devnull.Close()
+	start := func() {
+		proc, report, err := StartReported(h, Plan{Path: "/bin/true", Argv: []string{"true"}, Policy: p, Recycle: true},
+			&os.ProcAttr{Dir: ws, Files: []*os.File{devnull, devnull, devnull}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if report.Recycled() {
+			if _, ok := report.Wait(); !ok {
+				b.Fatal("no report")
+			}
+			_ = proc.Release()
+			return
+		}
+		report.Wait()
+		report.Close()
+		_, _ = proc.Wait()
+	}
+	start() // the first starts a fresh helper and has the next one prepared
+	h.prepared.settle()
+	used, recycled := h.prepared.usedCount(), h.prepared.recycled.Load()
+	for b.Loop() {
+		start()
+	}
+	b.ReportMetric(float64(h.prepared.usedCount()-used)/float64(b.N), "prepared/op")
+	b.ReportMetric(float64(h.prepared.recycled.Load()-recycled)/float64(b.N), "recycled/op")
+}

@@ -70,6 +70,13 @@ type Plan struct {
 	// NetNS, if set, is the network namespace the command runs in
 	// (NewNetNS), instead of a new one, at the namespaces level.
 	NetNS *NetNS `json:"-"`
+	// Recycle: the caller learns the command's end from the ExitReport
+	// alone and signals it through the report (ExitReport.Signal), never
+	// through the process Start returns; the init of a prepared sandbox may
+	// then serve the next start of its plan once it has reported this
+	// one's exit (see "Recycling" in prepared.go). Without it, the init
+	// exits after its report, as a fresh helper's does.
+	Recycle bool `json:"-"`
 }
 
 type wirePlan struct {

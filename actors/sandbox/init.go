@@ -140,13 +140,27 @@ func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Pro
 	return proc, "", nil
 }
 
-// reapLoop reaps every child, in a blocking wait4 (the command's exit
-// wakes it directly), until the command has exited, then exits the init
-// with the command's status as the daemon reports it (128+N for a death
-// by signal N): reported first on the status descriptor (see
-// ExitReport).
+// reapLoop reaps the command (reapCommand), kills and reaps what it left
+// (endTree), reports its exit on the status descriptor (see ExitReport)
+// and exits the init with the command's status as the daemon reports it
+// (128+N for a death by signal N).
 func reapLoop(p *wirePlan, cmd int) {
-	code := 128 + int(unix.SIGKILL) // ECHILD: cannot happen while the command is our child
+	code, sig := reapCommand(cmd)
+	endTree()
+	line := preparedExit + strconv.Itoa(code) + "\n"
+	if sig != 0 {
+		code = 128 + sig
+		line = preparedSignal + strconv.Itoa(sig) + "\n"
+	}
+	// A daemon that closed its end gets nothing.
+	_, _ = unix.Write(statusFD, []byte(line))
+	os.Exit(code)
+}
+
+// reapCommand reaps every child, in a blocking wait4 (the command's exit
+// wakes it directly), until the command has exited, and returns its exit
+// code, or the signal that ended it.
+func reapCommand(cmd int) (code, sig int) {
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, 0, nil)
@@ -154,20 +168,15 @@ func reapLoop(p *wirePlan, cmd int) {
 			continue
 		}
 		if err != nil {
-			break
+			return 0, int(unix.SIGKILL) // ECHILD: cannot happen while the command is our child
 		}
 		if pid == cmd {
-			code = ws.ExitStatus()
 			if ws.Signaled() {
-				code = 128 + int(ws.Signal())
+				return 0, int(ws.Signal())
 			}
-			break
+			return ws.ExitStatus(), 0
 		}
 	}
-	endTree()
-	// A daemon that closed its end gets nothing.
-	_, _ = unix.Write(statusFD, []byte(preparedExit+strconv.Itoa(code)+"\n"))
-	os.Exit(code)
 }
 
 // endTreeBound bounds endTree's wait for what it killed (a process in an
@@ -181,6 +190,13 @@ const endTreeBound = 100 * time.Millisecond
 // mounts and /dev/shm, follows). kill(-1) from a namespace's init reaches
 // every other process in it; with nothing left, it fails at once.
 func endTree() {
+	// All that is left of the namespace is the init's children (orphans
+	// are the init's) and their descendants: none, most of the time, and
+	// kill(-1) walks every process of the host to find out.
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil); err == unix.ECHILD {
+		return
+	}
 	if err := unix.Kill(-1, unix.SIGKILL); err == unix.ESRCH {
 		return
 	}
@@ -214,20 +230,25 @@ var forwarded = []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM
 const StopRelay = syscall.Signal(40)
 
 // forwardSignals passes every signal the init catches to the command's
-// process group (the command itself if the group is gone), until the
-// init exits.
+// process group, until the init exits.
 func forwardSignals(cmd int, sigs <-chan os.Signal) {
 	for sig := range sigs {
-		s, ok := sig.(syscall.Signal)
-		if !ok || s == unix.SIGURG || s == unix.SIGPIPE {
-			continue
-		}
-		if s == StopRelay {
-			s = unix.SIGSTOP
-		}
-		if err := unix.Kill(-cmd, s); err == unix.ESRCH {
-			_ = unix.Kill(cmd, s)
-		}
+		forwardSignal(cmd, sig)
+	}
+}
+
+// forwardSignal passes sig to the command's process group (the command
+// itself if the group is gone); StopRelay becomes SIGSTOP.
+func forwardSignal(cmd int, sig os.Signal) {
+	s, ok := sig.(syscall.Signal)
+	if !ok || s == unix.SIGURG || s == unix.SIGPIPE {
+		return
+	}
+	if s == StopRelay {
+		s = unix.SIGSTOP
+	}
+	if err := unix.Kill(-cmd, s); err == unix.ESRCH {
+		_ = unix.Kill(cmd, s)
 	}
 }
 
@@ -256,6 +277,15 @@ func newSpawnThread(p *wirePlan, l layers, ps *pins) (*spawnThread, string, erro
 	}
 	res := make(chan result, 1)
 	go onThrowawayThread(func() {
+		if p.Prepare && os.Getenv("RT_NOIPC") == "" {
+			// Each start on a prepared sandbox gets an IPC namespace of its
+			// own (a recycled sandbox's earlier commands may have left
+			// System V objects or message queues in the last one).
+			if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
+				res <- result{"namespaces", fmt.Errorf("unshare(CLONE_NEWIPC): %w", err)}
+				return
+			}
+		}
 		if err := dropCapabilities(); err != nil {
 			res <- result{"capabilities", err}
 			return

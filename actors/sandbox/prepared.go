@@ -59,10 +59,11 @@ type preparedPool struct {
 	watchWG  sync.WaitGroup
 
 	// Counters, read by Host.PreparedStats (metrics) and tests.
-	used    atomic.Uint64 // starts served by a prepared sandbox
-	failed  atomic.Uint64 // preparations that failed
-	missed  atomic.Uint64 // eligible starts that started a fresh helper: none ready for their plan, or the one taken was gone
-	dropped atomic.Uint64 // waiting sandboxes ended because the mount table changed (tests)
+	used     atomic.Uint64 // starts served by a prepared sandbox
+	failed   atomic.Uint64 // preparations that failed
+	missed   atomic.Uint64 // eligible starts that started a fresh helper: none ready for their plan, or the one taken was gone
+	dropped  atomic.Uint64 // waiting sandboxes ended because the mount table changed (tests)
+	recycled atomic.Uint64 // sandboxes given back after a start (recycled)
 }
 
 // maxPrepared is how many policies have a sandbox waiting (Codex
@@ -89,7 +90,8 @@ const preparedNice = 10
 const preparedTimeout = 10 * time.Second
 
 type preparedSandbox struct {
-	sockets map[string]fileID // the host sockets its preparation covered
+	sockets map[string]fileID // the host sockets covered in its mount namespace
+	epoch   uint32            // the starts it served (the owner's: the pool, or the start that took it)
 	key     string
 	cheap   string // cheapKey: what a start takes it by, before its plan is made
 	proc    *os.Process
@@ -104,10 +106,31 @@ type preparedSandbox struct {
 const (
 	preparedReady   = "ready\n"
 	preparedStarted = "started\n"
-	preparedExit    = "exit "
-	// preparedGo, from the daemon, lets a held start fork its command.
-	preparedGo = 'g'
+	preparedExit    = "exit "   // then the code
+	preparedSignal  = "signal " // then the signal that ended the command
 )
+
+// What the daemon writes on a prepared sandbox's socket: frames of a
+// type byte and their fields (big-endian), each written in one call
+// (writeFrame), so frames from different goroutines never interleave.
+const (
+	// frameStart, a uint64 length, the preparedStart's JSON; the
+	// start's descriptors ride with its first bytes (SCM_RIGHTS).
+	frameStart = 'S'
+	// frameGo lets a held start fork its command: flags (goLast), a
+	// uint32 length and the JSON of the socket covers to add.
+	frameGo = 'g'
+	// frameSignal, an epoch (uint32) and a signal number (byte): signal
+	// the command of that start (ignored for any other epoch).
+	frameSignal = 'x'
+	// frameEnd and an epoch: the daemon has the command's exit and sends
+	// no more signals for it; a recycled init then serves the next start.
+	frameEnd = 'e'
+)
+
+// goLast, in frameGo's flags: the init exits after this start's report
+// (it is not recycled).
+const goLast = 1
 
 // netMode is how a namespaced start gets its network: "own" (restricted:
 // a new empty namespace), "given" (Plan.NetNS, the managed network's) or
@@ -342,6 +365,31 @@ func (pp *preparedPool) refill(h *Host, policy *Policy, mode, key string, exited
 			e.discard()
 		}
 	}()
+}
+
+// giveBack puts a recycled sandbox, whose command has ended, back among
+// the ready ones (the most recent last: the next start of its plan takes
+// it), unless the pool is closed. Its init cleans up after the command
+// meanwhile (scrub) and takes the next start in once done; one that fails
+// to exits, and the start that takes it finds it gone (errPreparedGone).
+func (pp *preparedPool) giveBack(t *preparedSandbox) {
+	pp.mu.Lock()
+	if pp.closed {
+		pp.mu.Unlock()
+		t.discard()
+		return
+	}
+	pp.recycled.Add(1)
+	pp.ready = append(pp.ready, t)
+	var evicted []*preparedSandbox
+	if n := len(pp.ready) - maxPrepared; n > 0 {
+		evicted = append(evicted, pp.ready[:n]...)
+		pp.ready = append([]*preparedSandbox(nil), pp.ready[n:]...)
+	}
+	pp.mu.Unlock()
+	for _, e := range evicted {
+		e.discard()
+	}
 }
 
 // close ends the waiting sandboxes and waits for the preparations under

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -41,6 +41,9 @@ type preparedStart struct {
 	// that makes it (which a fresh helper, forked from that thread, would
 	// inherit); the sandbox itself was prepared at a lower one.
 	Nice int `json:"nice"`
+	// Epoch numbers the starts a sandbox serves (1, 2, ...: see
+	// recycling in prepared.go); the signals for a start carry it.
+	Epoch uint32 `json:"epoch"`
 }
 
 // threadNice is the calling thread's nice value (0 if unreadable).
@@ -64,7 +67,7 @@ var errPreparedGone = errors.New("sandbox: the prepared sandbox is gone")
 // (preparedGo), else the helper exits without running anything and the
 // caller starts its own, with the plan made here (planned). t's process
 // is returned with the report of the command's exit, or reaped here.
-func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, mode string) (proc *os.Process, report *ExitReport, wp wirePlan, planned bool, err error) {
+func startOnPrepared(h *Host, pp *preparedPool, t *preparedSandbox, plan Plan, attr *os.ProcAttr, mode string) (proc *os.Process, report *ExitReport, wp wirePlan, planned bool, err error) {
 	fail := func(err error) (*os.Process, *ExitReport, wirePlan, bool, error) {
 		t.discard()
 		return nil, nil, wp, planned, err
@@ -73,8 +76,10 @@ func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, 
 	if dir == "" {
 		dir, _ = os.Getwd()
 	}
+	t.epoch++
 	msg := preparedStart{Path: plan.Path, Argv: plan.Argv, Env: plan.Env, Dir: dir, Ctty: plan.Ctty,
-		Rlimits: plan.Rlimits, DevPts: plan.DevPts != nil, NetNS: plan.NetNS != nil, Hold: true, Nice: threadNice()}
+		Rlimits: plan.Rlimits, DevPts: plan.DevPts != nil, NetNS: plan.NetNS != nil, Hold: true, Nice: threadNice(),
+		Epoch: t.epoch}
 	files := make([]int, 0, 6)
 	for i := 0; i < 3; i++ {
 		if i < len(attr.Files) && attr.Files[i] != nil {
@@ -105,20 +110,12 @@ func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, 
 	if err != nil {
 		return fail(fmt.Errorf("sandbox: encode start: %w", err))
 	}
-	var hdr [8]byte
-	binary.BigEndian.PutUint64(hdr[:], uint64(len(body)))
-	rc, err := t.sock.SyscallConn()
-	if err != nil {
-		return fail(err)
+	frame := make([]byte, 9, 9+len(body))
+	frame[0] = frameStart
+	binary.BigEndian.PutUint64(frame[1:], uint64(len(body)))
+	if err := writeFrame(t.sock, append(frame, body...), files); err != nil {
+		return fail(errPreparedGone) // it never received the whole start: it runs nothing
 	}
-	var serr error
-	if err := rc.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), hdr[:], unix.UnixRights(files...), nil, 0)
-		return serr != unix.EAGAIN
-	}); err != nil || serr != nil {
-		return fail(errPreparedGone) // it never received the start
-	}
-	_, werr := t.sock.Write(body)
 	// The plan, while the helper takes the start in.
 	wp, err = planWire(h, plan)
 	if err != nil {
@@ -151,24 +148,43 @@ func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, 
 			covers = append(covers, m)
 		}
 	}
-	word := []byte{preparedGo, 0, 0, 0, 0}
+	// The init serves the next start of its plan after this one (it is
+	// recycled) if the caller waits through the report alone, the init
+	// joined no v1 cgroup of this tree (it would stay in it) and set no
+	// rlimits (process-wide: it could not raise them again).
+	recycle := plan.Recycle && len(wp.JoinCgroups) == 0 && len(plan.Rlimits) == 0
+	word := []byte{frameGo, 0, 0, 0, 0, 0}
+	if !recycle {
+		word[1] |= goLast
+	}
 	if len(covers) > 0 {
 		b, err := json.Marshal(covers)
 		if err != nil {
 			return fail(fmt.Errorf("sandbox: encode socket covers: %w", err))
 		}
-		binary.BigEndian.PutUint32(word[1:], uint32(len(b)))
+		binary.BigEndian.PutUint32(word[2:], uint32(len(b)))
 		word = append(word, b...)
 	}
-	goSent := false
-	if werr == nil {
-		_, werr = t.sock.Write(word)
-		goSent = werr == nil
-	}
+	_, werr := t.sock.Write(word)
+	goSent := werr == nil
 	// The socket now carries the start's status, then the command's exit.
 	r := bufio.NewReaderSize(t.sock, 512)
 	line, rerr := r.ReadString('\n')
 	if line == preparedStarted {
+		for _, m := range covers {
+			t.sockets[m.Path] = m.ID // covered in its mount namespace from now on
+		}
+		if recycle {
+			// The caller's handle is a process handle of its own: the
+			// sandbox's stays the pool's (the caller releases its handle;
+			// the pool kills and reaps the init when it drops it).
+			p, err := os.FindProcess(t.proc.Pid)
+			if err != nil {
+				t.discard()
+				return nil, nil, wp, planned, err
+			}
+			return p, newRecycledReport(pp, t, r), wp, planned, nil
+		}
 		return t.proc, newExitReport(t.sock, r), wp, planned, nil
 	}
 	t.sock.Close()
@@ -190,19 +206,43 @@ func startOnPrepared(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr, 
 }
 
 // ExitReport is the init's report of its command's exit (a start with a
-// pid namespace, prepared or not): the status the init would exit with, sent as soon as
-// it reaped the command, before it exits itself (and the kernel tears its
-// namespaces down, about half a millisecond for the helper's Go runtime
-// alone). The caller still reaps the init, which exits at once after.
+// pid namespace, prepared or not): the status the init would exit with,
+// sent as soon as it reaped the command, before it exits itself (and the
+// kernel tears its namespaces down, about half a millisecond for the
+// helper's Go runtime alone), or before it serves the next start (a
+// recycled sandbox: Recycled). For a report that is not Recycled, the
+// caller still reaps the init, which exits at once after.
+//
+// A Recycled report is the caller's only handle on the command: Wait for
+// its end, Signal to signal it, Abandon to kill it (and its sandbox) before
+// its end; the process Start returned is the init, which outlives the
+// command and must be neither signalled nor reaped by the caller.
 type ExitReport struct {
 	f      *os.File
 	r      *bufio.Reader
 	exited chan struct{} // closed once Wait has returned
+	sig    int           // set by Wait: the signal that ended the command (0: it exited)
+
+	// A recycled sandbox (nil otherwise): the report holds t until the
+	// command's exit is in, then gives it back to pool (or drops it).
+	pool    *preparedPool
+	t       *preparedSandbox
+	epoch   uint32
+	dropped sync.Once
 }
 
 func newExitReport(f *os.File, r *bufio.Reader) *ExitReport {
 	return &ExitReport{f: f, r: r, exited: make(chan struct{})}
 }
+
+func newRecycledReport(pool *preparedPool, t *preparedSandbox, r *bufio.Reader) *ExitReport {
+	return &ExitReport{f: t.sock, r: r, exited: make(chan struct{}), pool: pool, t: t, epoch: t.epoch}
+}
+
+// Recycled reports whether the command's init serves further starts
+// after this one (see ExitReport): the caller must not signal or reap the
+// process Start returned. False for nil.
+func (e *ExitReport) Recycled() bool { return e != nil && e.t != nil }
 
 // exitedChan is closed once the command's end is known (Wait returned);
 // nil (never) for a nil report.
@@ -215,242 +255,137 @@ func (e *ExitReport) exitedChan() <-chan struct{} {
 
 // Wait blocks (in the runtime poller: no thread) until the command has
 // exited and returns its status as the init's exit code would be (the
-// code, or 128+N for a death by signal N). ok is false if the init ended
-// without a report (it was killed): its own wait status then says it.
-// Called once.
+// code, or 128+N for a death by signal N: ExitSignal then says N). ok is
+// false if the init ended without a report (it was killed): its own wait
+// status then says it; a Recycled report's init is reaped here then. A
+// Recycled report gives its sandbox back for the next start as soon as
+// the status is in. Called once.
 func (e *ExitReport) Wait() (status int, ok bool) {
 	if e == nil {
 		return 0, false
 	}
 	defer close(e.exited)
-	line, err := e.r.ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, preparedExit) {
-		return 0, false
+	status, ok = e.read()
+	if e.t == nil {
+		return status, ok
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, preparedExit)))
+	if !ok {
+		e.Abandon()
+		return status, false
+	}
+	// The end of this start's signals: what the caller sends after it
+	// carries this epoch, and the init ignores it.
+	end := []byte{frameEnd, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(end[1:], e.epoch)
+	if _, err := e.t.sock.Write(end); err != nil {
+		e.Abandon()
+		return status, true
+	}
+	e.dropped.Do(func() { e.pool.giveBack(e.t) })
+	return status, true
+}
+
+func (e *ExitReport) read() (int, bool) {
+	line, err := e.r.ReadString('\n')
 	if err != nil {
 		return 0, false
 	}
-	return n, true
+	word, num, _ := strings.Cut(strings.TrimSpace(line), " ")
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	switch word + " " {
+	case preparedExit:
+		return n, true
+	case preparedSignal:
+		e.sig = n
+		return 128 + n, true
+	}
+	return 0, false
 }
 
-// Close releases the report (safe on nil, and more than once).
+// ExitSignal is the signal that ended the command (0 if it exited on its
+// own), once Wait has returned ok.
+func (e *ExitReport) ExitSignal() int {
+	if e == nil {
+		return 0
+	}
+	return e.sig
+}
+
+// Signal sends sig to the command of a Recycled report: to its process
+// group (SIGKILL: every process of its pid namespace), by its init. A
+// signal sent after the command's end is ignored (not another command's).
+// Safe concurrently with Wait.
+func (e *ExitReport) Signal(sig syscall.Signal) error {
+	if e == nil || e.t == nil {
+		return errors.New("sandbox: not a recycled sandbox's report")
+	}
+	if sig <= 0 || sig > 255 {
+		return fmt.Errorf("sandbox: signal %d out of range", int(sig))
+	}
+	msg := []byte{frameSignal, 0, 0, 0, 0, byte(sig)}
+	binary.BigEndian.PutUint32(msg[1:], e.epoch)
+	if _, err := e.t.sock.Write(msg); err != nil {
+		// The init is gone (and its namespace with it) or the sandbox
+		// went back to the pool and was dropped: nothing of the command
+		// runs.
+		return nil
+	}
+	return nil
+}
+
+// Abandon kills a Recycled report's init, and with it its namespaces and
+// whatever runs there, and reaps it; the sandbox serves no other start.
+// Safe concurrently with Wait, and more than once. No-op otherwise.
+func (e *ExitReport) Abandon() {
+	if e != nil && e.t != nil {
+		e.dropped.Do(e.t.discard)
+	}
+}
+
+// Close releases the report (safe on nil, and more than once). A
+// Recycled report's socket is its sandbox's: Wait gave it back, or
+// Abandon dropped it.
 func (e *ExitReport) Close() {
-	if e != nil {
+	if e != nil && e.t == nil {
 		e.f.Close()
 	}
 }
 
-// preparedMain is the helper of a prepared sandbox: build the namespaces,
-// say so, wait for the start, then finish it as nsMain would. It returns
-// only on failure; a daemon that closes the socket instead of sending a
-// start (it was replaced, or the Host closed) ends it quietly.
-func preparedMain(p *wirePlan) helperStatus {
-	np := p.NS
-	sigs, notified := initSignals(true)
-	var ps pins
-	defer ps.close()
-	if stage, err := buildNS(np, p.Scratch, &ps); err != nil {
-		return failStatus(stage, err)
-	}
-	extra, err := nsExtraGrants(p.Policy)
+// writeFrame writes b whole on f, with files as SCM_RIGHTS with its first
+// bytes: one call, so the frames other goroutines write on f (Signal,
+// Wait) never fall inside it.
+func writeFrame(f *os.File, b []byte, files []int) error {
+	rc, err := f.SyscallConn()
 	if err != nil {
-		return failStatus("mounts", err)
+		return err
 	}
-	l := layers{Grants: append(nsGrants(p.Layers), extra...)}
-	// The spawning thread, confined as far as it can be before the start.
-	thread, stage, err := newSpawnThread(p, l, &ps)
-	if err != nil {
-		return failStatus(stage, err)
-	}
-	<-notified
-	if _, err := unix.Write(statusFD, []byte(preparedReady)); err != nil {
-		os.Exit(0)
-	}
-	// The spawning thread itself waits for the start and forks the
-	// command (no hand-over between threads on the start's path); what it
-	// may not do confined (the devpts mount) it hands to this one.
-	mainJobs := make(chan func())
-	onMain := func(f func() error) error {
-		errc := make(chan error, 1)
-		mainJobs <- func() { errc <- f() }
-		return <-errc
-	}
-	return superviseInit(p, &ps, sigs, thread, mainJobs, func(cred *syscall.Credential, filtered bool) (*os.Process, string, error) {
-		st, fds, err := readStart(statusFD)
-		if err == io.EOF {
-			os.Exit(0) // the daemon dropped it unused
-		}
-		if err != nil {
-			return nil, "plan", err
-		}
-		if stage, err := applyStart(p, st, fds, onMain); err != nil {
-			return nil, stage, err
-		}
-		if st.Hold {
-			// The daemon checks the plan while this start came in: it runs
-			// only on its word; anything else (the plan changed, the daemon
-			// is gone) ends the helper with nothing run. The word carries
-			// the host sockets bound since the preparation, covered here
-			// as the preparation covered the others.
-			covers, ok := readGo(statusFD)
-			if !ok {
-				os.Exit(0)
+	var werr error
+	off := 0
+	if err := rc.Write(func(fd uintptr) bool {
+		for off < len(b) {
+			var n int
+			if off == 0 {
+				n, werr = unix.SendmsgN(int(fd), b, unix.UnixRights(files...), nil, 0)
+			} else {
+				n, werr = unix.Write(int(fd), b[off:])
 			}
-			if len(covers) > 0 {
-				if err := onMain(func() error { return coverSockets(covers, p.Scratch) }); err != nil {
-					return nil, "mounts", err
-				}
+			if werr == unix.EAGAIN {
+				return false
 			}
+			if werr == unix.EINTR {
+				continue
+			}
+			if werr != nil {
+				return true
+			}
+			off += n
 		}
-		return spawnCommand(p, cred, filtered)
-	})
-}
-
-// readGo reads the daemon's word to go on (preparedGo, then the length
-// and the JSON of the socket covers to add); false for anything else.
-func readGo(fd int) ([]mountOp, bool) {
-	var hdr [5]byte
-	if !readFull(fd, hdr[:]) || hdr[0] != preparedGo {
-		return nil, false
+		return true
+	}); err != nil {
+		return err
 	}
-	n := binary.BigEndian.Uint32(hdr[1:])
-	if n == 0 {
-		return nil, true
-	}
-	if n > 16<<20 {
-		return nil, false
-	}
-	body := make([]byte, n)
-	if !readFull(fd, body) {
-		return nil, false
-	}
-	var covers []mountOp
-	if err := json.Unmarshal(body, &covers); err != nil {
-		return nil, false
-	}
-	return covers, true
-}
-
-func readFull(fd int, b []byte) bool {
-	for got := 0; got < len(b); {
-		k, err := unix.Read(fd, b[got:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || k == 0 {
-			return false
-		}
-		got += k
-	}
-	return true
-}
-
-// applyStart makes the start's own part of a prepared sandbox's plan (the
-// daemon moved it into the tree's cgroups): the command, its rlimits, stdio, the PTY's devpts, the
-// caller's network namespace and the working directory. onMain runs what
-// the confined spawning thread may not do on the helper's main thread.
-func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() error) error) (string, error) {
-	np := p.NS
-	want := 3
-	if st.DevPts {
-		want++
-	}
-	if st.NetNS {
-		want++
-	}
-	if st.Cgroup {
-		want++
-	}
-	if len(fds) != want {
-		return "plan", fmt.Errorf("%d descriptors with the start, want %d", len(fds), want)
-	}
-	p.Path, p.Argv, p.Env = st.Path, st.Argv, st.Env
-	np.Dir, np.Ctty, np.Nice = st.Dir, st.Ctty, st.Nice
-	for _, r := range st.Rlimits {
-		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
-		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
-			return "rlimit", fmt.Errorf("setrlimit(%d): %w", r.Resource, err)
-		}
-	}
-	// The command's stdio as received: the fork puts them at 0-2 in the
-	// command, and the init closes its copies right after (it must hold
-	// none of them: the daemon sees EOF when the tree closes its outputs).
-	np.Stdio = [3]int{fds[0], fds[1], fds[2]}
-	next := 3
-	if st.DevPts {
-		// The PTY's own instance, over the one the sandbox was built with.
-		fd := fds[next]
-		err := onMain(func() error {
-			return unix.MoveMount(fd, "", unix.AT_FDCWD, "/dev/pts", unix.MOVE_MOUNT_F_EMPTY_PATH)
-		})
-		unix.Close(fd)
-		if err != nil {
-			return "mounts", fmt.Errorf("/dev: attach the PTY's devpts: %w", err)
-		}
-		next++
-	}
-	if st.NetNS {
-		np.NetNSFD = fds[next]
-		next++
-	}
-	if st.Cgroup {
-		np.CgroupFD = fds[next]
-	}
-	if err := unix.Chdir(np.Dir); err != nil {
-		return "cwd", err
-	}
-	return "", nil
-}
-
-// readStart reads one preparedStart and its descriptors (close-on-exec).
-func readStart(fd int) (preparedStart, []int, error) {
-	var st preparedStart
-	var hdr [8]byte
-	oob := make([]byte, unix.CmsgSpace(8*4)) // at most 6 come (stdio, devpts, netns, cgroup)
-	n, oobn, _, _, err := unix.Recvmsg(fd, hdr[:], oob, unix.MSG_CMSG_CLOEXEC)
-	if err != nil {
-		return st, nil, err
-	}
-	if n == 0 {
-		return st, nil, io.EOF
-	}
-	var fds []int
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil {
-		return st, nil, err
-	}
-	for _, m := range msgs {
-		r, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			return st, nil, err
-		}
-		fds = append(fds, r...)
-	}
-	for n < len(hdr) {
-		k, err := unix.Read(fd, hdr[n:])
-		if err != nil || k == 0 {
-			return st, nil, fmt.Errorf("start header: %d bytes, %v", n, err)
-		}
-		n += k
-	}
-	size := binary.BigEndian.Uint64(hdr[:])
-	if size > 64<<20 {
-		return st, nil, fmt.Errorf("start of %d bytes", size)
-	}
-	body := make([]byte, size)
-	for got := 0; got < len(body); {
-		k, err := unix.Read(fd, body[got:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || k == 0 {
-			return st, nil, fmt.Errorf("start: %d of %d bytes, %v", got, len(body), err)
-		}
-		got += k
-	}
-	if err := json.Unmarshal(body, &st); err != nil {
-		return st, nil, fmt.Errorf("start: %w", err)
-	}
-	return st, fds, nil
+	return werr
 }

@@ -254,11 +254,12 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (proc *os.Process, repor
 		// A sandbox prepared for this policy: the start goes to it at once
 		// and runs there if the plan, made meanwhile, is the one it was
 		// built from.
-		proc, report, wp, planned, err = startOnPrepared(h, t, plan, attr, mode)
+		proc, report, wp, planned, err = startOnPrepared(h, pp, t, plan, attr, mode)
 		if err == nil {
 			pp.used.Add(1)
 		}
-		refill = planned
+		// A recycled sandbox comes back itself once its command has ended.
+		refill = planned && !report.Recycled()
 		if err != errPreparedGone {
 			return proc, report, err
 		}

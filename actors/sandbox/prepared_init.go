@@ -1,0 +1,526 @@
+package sandbox
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The helper's side of a prepared sandbox (prepared.go; the daemon's side
+// is prepared_start.go): it builds the namespaces, says it is ready, and
+// serves starts, one at a time, as their init, until a start says it is
+// the last, the daemon drops it, or cleaning up after a command fails.
+
+// preparedMain is the helper of a prepared sandbox. It returns only on a
+// failed start (the daemon reads its status); a daemon that closes the
+// socket instead of sending a start (it was replaced, or the Host closed)
+// ends it quietly.
+func preparedMain(p *wirePlan) helperStatus {
+	sigs, notified := initSignals(true)
+	ps := new(pins)
+	if stage, err := buildNS(p.NS, p.Scratch, ps); err != nil {
+		ps.close()
+		return failStatus(stage, err)
+	}
+	l, err := preparedLayers(p)
+	if err != nil {
+		return failStatus("mounts", err)
+	}
+	// The spawning thread, confined as far as it can be before the start.
+	thread, stage, err := newSpawnThread(p, l, ps)
+	if err != nil {
+		return failStatus(stage, err)
+	}
+	<-notified
+	if _, err := unix.Write(statusFD, []byte(preparedReady)); err != nil {
+		os.Exit(0)
+	}
+	// The init allocates little per start; the helper runs with GOGC=off:
+	// a memory limit bounds it without collections between starts.
+	debug.SetMemoryLimit(64 << 20)
+	fr := &frames{fd: statusFD}
+	go func() {
+		// The signals the init catches go to the command of the start it
+		// serves; between starts, nowhere.
+		for sig := range sigs {
+			if cmd := current.Load(); cmd != 0 {
+				forwardSignal(int(cmd), sig)
+			}
+		}
+	}()
+	sp := newSpawner(p, fr)
+	sp.serve(thread)
+	for epoch := uint32(1); ; epoch++ {
+		sp.next <- epoch // read the start of this epoch
+		r := sp.await()
+		if r.err != nil {
+			s := stageError(r.stage, r.err)
+			return helperStatus{Stage: s.Stage, Errno: int(s.Errno), Msg: s.Msg}
+		}
+		ps.close()
+		code, ended, reported := supervise(r.proc.Pid, fr, epoch)
+		if r.last || !reported {
+			os.Exit(code)
+		}
+		// Recycled: back to what a fresh preparation would be before the
+		// next start, while the daemon reads the report and ends the
+		// epoch's signals (frameEnd).
+		if err := scrub(r.devpts); err != nil {
+			os.Exit(0) // the daemon sees EOF and starts a fresh helper
+		}
+		if r.threadDone {
+			// A spawning thread that entered the start's network namespace
+			// serves one start: a new one for the next.
+			ps = new(pins)
+			if thread, _, err = newSpawnThread(p, l, ps); err != nil {
+				os.Exit(0)
+			}
+			sp.serve(thread)
+		}
+		if !<-ended {
+			os.Exit(0) // the daemon is gone
+		}
+	}
+}
+
+// preparedLayers are the Landlock grants of a prepared sandbox's spawning
+// thread: the policy's, and the namespace's own /dev and /proc.
+func preparedLayers(p *wirePlan) (layers, error) {
+	extra, err := nsExtraGrants(p.Policy)
+	if err != nil {
+		return layers{}, err
+	}
+	return layers{Grants: append(nsGrants(p.Layers), extra...)}, nil
+}
+
+// current is the command a prepared sandbox's init serves (0: none): the
+// signals it catches go there.
+var current atomic.Int64
+
+// spawner runs the starts of a prepared sandbox on its spawning thread: the
+// thread itself waits for each start and forks the command (no hand-over
+// between threads on the start's path), and serves the next start of the
+// sandbox when the init says (next): its confinement is the policy's, the
+// same for every start. What it may not do confined (the PTY's devpts
+// mount, socket covers) it hands to the init's main thread (mainJobs).
+type spawner struct {
+	p        *wirePlan
+	fr       *frames
+	next     chan uint32  // main -> thread: read the start of this epoch
+	out      chan spawned // thread -> main: the start's outcome
+	mainJobs chan func()
+}
+
+// spawned is a start's outcome on the spawning thread.
+type spawned struct {
+	proc       *os.Process
+	stage      string
+	err        error
+	last       bool // the daemon's word: the init exits after this start
+	devpts     bool // the start attached its PTY's devpts
+	threadDone bool // the thread ended with this start
+}
+
+func newSpawner(p *wirePlan, fr *frames) *spawner {
+	return &spawner{p: p, fr: fr, next: make(chan uint32), out: make(chan spawned, 1), mainJobs: make(chan func())}
+}
+
+// onMain runs f on the init's main thread (which waits in await).
+func (s *spawner) onMain(f func() error) error {
+	errc := make(chan error, 1)
+	s.mainJobs <- func() { errc <- f() }
+	return <-errc
+}
+
+// await returns the outcome of the start the thread serves, running what
+// it hands over meanwhile.
+func (s *spawner) await() spawned {
+	for {
+		select {
+		case f := <-s.mainJobs:
+			f()
+		case r := <-s.out:
+			return r
+		}
+	}
+}
+
+// serve gives thread its job: the starts, one per epoch sent on next,
+// until one fails, is the last, or entered a network namespace of its own
+// (the thread then ends, and with it what it was).
+func (s *spawner) serve(thread *spawnThread) {
+	thread.jobs <- func(cred *syscall.Credential, filtered bool) {
+		for epoch := range s.next {
+			r := s.one(epoch, cred, filtered)
+			// A thread that entered the start's network namespace installed
+			// its seccomp filter there (which refuses setns): it serves no
+			// other start.
+			r.threadDone = r.err != nil || r.last || !filtered
+			if !r.threadDone {
+				// The next command's IPC namespace, made now: the one just
+				// forked keeps its own (and whatever it leaves there dies
+				// with its tree).
+				if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
+					r.last = true
+				}
+			}
+			s.out <- r
+			if r.threadDone || r.last {
+				return
+			}
+		}
+	}
+}
+
+// one takes the start of epoch in, waits for the daemon's word and forks
+// the command.
+func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) spawned {
+	start, fds, err := s.fr.readStart()
+	if err == io.EOF {
+		os.Exit(0) // the daemon dropped it unused
+	}
+	if err != nil {
+		return spawned{stage: "plan", err: err}
+	}
+	if start.Epoch != epoch {
+		return spawned{stage: "plan", err: fmt.Errorf("start of epoch %d, want %d", start.Epoch, epoch)}
+	}
+	if stage, err := applyStart(s.p, start, fds, s.onMain); err != nil {
+		return spawned{stage: stage, err: err}
+	}
+	// The daemon checks the plan while this start came in: it runs only
+	// on its word; anything else (the plan changed, the daemon is gone)
+	// ends the helper with nothing run. The word carries the host sockets
+	// bound since they were last covered, covered here as the preparation
+	// covered the others.
+	covers, flags, ok := s.fr.readGo()
+	if !ok {
+		os.Exit(0)
+	}
+	if len(covers) > 0 {
+		if err := s.onMain(func() error { return coverSockets(covers, s.p.Scratch) }); err != nil {
+			return spawned{stage: "mounts", err: err}
+		}
+	}
+	proc, stage, err := spawnCommand(s.p, cred, filtered)
+	return spawned{proc: proc, stage: stage, err: err, last: flags&goLast != 0, devpts: start.DevPts}
+}
+
+// supervise is the init while the command (cmd) of epoch runs: the
+// daemon's signals for it are relayed (frames.relay) and the init's own
+// forwarded; once the command has exited, what it left is killed and
+// reaped (endTree) and its exit reported. It returns the command's status
+// as the init would exit with it, ended (which yields whether the daemon
+// ended the epoch's signals), and whether the report was written.
+func supervise(cmd int, fr *frames, epoch uint32) (code int, ended chan bool, reported bool) {
+	// The init is never the OOM killer's pick in the tree's cgroup (set
+	// after the fork: the command inherits nothing of it; scrub takes it
+	// back before the next fork).
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
+	ended = make(chan bool, 1)
+	go func() { ended <- fr.relay(epoch, cmd) }()
+	current.Store(int64(cmd))
+	c, sig := reapCommand(cmd)
+	current.Store(0)
+	endTree()
+	line := fmt.Sprintf("%s%d\n", preparedExit, c)
+	code = c
+	if sig != 0 {
+		line = fmt.Sprintf("%s%d\n", preparedSignal, sig)
+		code = 128 + sig
+	}
+	_, err := unix.Write(statusFD, []byte(line))
+	return code, ended, err == nil
+}
+
+// applyStart makes the start's own part of a prepared sandbox's plan (the
+// daemon moved it into the tree's cgroups): the command, its rlimits, stdio, the PTY's devpts, the
+// caller's network namespace and the working directory. onMain runs what
+// the confined spawning thread may not do on the helper's main thread.
+func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() error) error) (string, error) {
+	np := p.NS
+	want := 3
+	if st.DevPts {
+		want++
+	}
+	if st.NetNS {
+		want++
+	}
+	if st.Cgroup {
+		want++
+	}
+	if len(fds) != want {
+		return "plan", fmt.Errorf("%d descriptors with the start, want %d", len(fds), want)
+	}
+	// A recycled sandbox's plan still holds the last start's own fields.
+	np.NetNSFD, np.CgroupFD = 0, 0
+	p.Path, p.Argv, p.Env = st.Path, st.Argv, st.Env
+	np.Dir, np.Ctty, np.Nice = st.Dir, st.Ctty, st.Nice
+	for _, r := range st.Rlimits {
+		lim := unix.Rlimit{Cur: r.Cur, Max: r.Max}
+		if err := unix.Setrlimit(r.Resource, &lim); err != nil {
+			return "rlimit", fmt.Errorf("setrlimit(%d): %w", r.Resource, err)
+		}
+	}
+	// The command's stdio as received: the fork puts them at 0-2 in the
+	// command, and the init closes its copies right after (it must hold
+	// none of them: the daemon sees EOF when the tree closes its outputs).
+	np.Stdio = [3]int{fds[0], fds[1], fds[2]}
+	next := 3
+	if st.DevPts {
+		// The PTY's own instance, over the one the sandbox was built with.
+		fd := fds[next]
+		err := onMain(func() error {
+			return unix.MoveMount(fd, "", unix.AT_FDCWD, "/dev/pts", unix.MOVE_MOUNT_F_EMPTY_PATH)
+		})
+		unix.Close(fd)
+		if err != nil {
+			return "mounts", fmt.Errorf("/dev: attach the PTY's devpts: %w", err)
+		}
+		next++
+	}
+	if st.NetNS {
+		np.NetNSFD = fds[next]
+		next++
+	}
+	if st.Cgroup {
+		np.CgroupFD = fds[next]
+	}
+	if err := unix.Chdir(np.Dir); err != nil {
+		return "cwd", err
+	}
+	return "", nil
+}
+
+// scrub makes a recycled sandbox what a fresh preparation would be (its
+// command and all it left are dead and reaped by then: endTree): /dev/shm
+// empty and as it was made, the sandbox's own devpts instance back at
+// /dev/pts (devpts: the start attached its PTY's over it), the init's
+// oom_score_adj as before its first start. The spawning thread makes a new
+// IPC namespace for the next command (spawner.serve). A start that set
+// rlimits (process-wide, and the init may not raise them again) is never
+// recycled.
+func scrub(devpts bool) error {
+	if devpts {
+		// The start's devpts, whose PTY the daemon may still hold: no
+		// later command may reach it.
+		if err := unix.Unmount("/dev/pts", unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("/dev/pts: %w", err)
+		}
+	}
+	if err := emptyDir("/dev/shm"); err != nil {
+		return err
+	}
+	// A command with uid 0 owns these directories (no capability needed
+	// to change their mode or owner): as made.
+	if err := unix.Chmod("/dev/shm", 0o1777); err != nil {
+		return err
+	}
+	if err := unix.Chmod("/dev/pts", 0o755); err != nil {
+		return err
+	}
+	for _, d := range []string{"/dev/shm", "/dev/pts"} {
+		if err := unix.Lchown(d, 0, 0); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
+}
+
+// emptyDir removes everything in dir (and the extended attributes of dir
+// itself).
+func emptyDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := os.RemoveAll(dir + "/" + n); err != nil {
+			return err
+		}
+	}
+	buf := make([]byte, 4096)
+	if n, err := unix.Listxattr(dir, buf); err == nil && n > 0 {
+		for _, a := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
+			if err := unix.Removexattr(dir, a); err != nil {
+				return fmt.Errorf("%s: remove xattr %s: %w", dir, a, err)
+			}
+		}
+	}
+	return nil
+}
+
+// frames reads what the daemon writes on the socket (see frameStart):
+// exact reads, all with recvmsg, so the descriptors that ride with a
+// start arrive whichever read meets them. One reader at a time: the
+// spawning thread until its command runs, then the relay until frameEnd,
+// then the next spawning thread.
+type frames struct {
+	fd  int
+	fds []int // received, not yet taken by a start
+}
+
+func (f *frames) read(b []byte) error {
+	oob := make([]byte, unix.CmsgSpace(8*4)) // at most 6 come (stdio, devpts, netns, cgroup)
+	for got := 0; got < len(b); {
+		n, oobn, _, _, err := unix.Recvmsg(f.fd, b[got:], oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return err
+			}
+			for _, m := range msgs {
+				if r, err := unix.ParseUnixRights(&m); err == nil {
+					f.fds = append(f.fds, r...)
+				}
+			}
+		}
+		if n == 0 {
+			return io.EOF
+		}
+		got += n
+	}
+	return nil
+}
+
+// next reads the next frame's type, skipping the signals and ends of
+// earlier starts (a caller may signal its command after its end: those
+// frames come before, or between, the next start's).
+func (f *frames) next() (byte, error) {
+	for {
+		var t [1]byte
+		if err := f.read(t[:]); err != nil {
+			return 0, err
+		}
+		switch t[0] {
+		case frameSignal:
+			var rest [5]byte
+			if err := f.read(rest[:]); err != nil {
+				return 0, err
+			}
+		case frameEnd:
+			var rest [4]byte
+			if err := f.read(rest[:]); err != nil {
+				return 0, err
+			}
+		default:
+			return t[0], nil
+		}
+	}
+}
+
+// readStart reads one preparedStart and its descriptors (close-on-exec).
+func (f *frames) readStart() (preparedStart, []int, error) {
+	var st preparedStart
+	t, err := f.next()
+	if err != nil {
+		return st, nil, err
+	}
+	if t != frameStart {
+		return st, nil, fmt.Errorf("frame %q where a start was due", t)
+	}
+	var hdr [8]byte
+	if err := f.read(hdr[:]); err != nil {
+		return st, nil, fmt.Errorf("start header: %w", err)
+	}
+	size := binary.BigEndian.Uint64(hdr[:])
+	if size > 64<<20 {
+		return st, nil, fmt.Errorf("start of %d bytes", size)
+	}
+	body := make([]byte, size)
+	if err := f.read(body); err != nil {
+		return st, nil, fmt.Errorf("start: %w", err)
+	}
+	fds := f.fds
+	f.fds = nil
+	if err := json.Unmarshal(body, &st); err != nil {
+		return st, fds, fmt.Errorf("start: %w", err)
+	}
+	return st, fds, nil
+}
+
+// readGo reads the daemon's word to go on (frameGo: flags, then the
+// socket covers to add); false for anything else.
+func (f *frames) readGo() ([]mountOp, byte, bool) {
+	t, err := f.next()
+	if err != nil || t != frameGo {
+		return nil, 0, false
+	}
+	var hdr [5]byte
+	if f.read(hdr[:]) != nil {
+		return nil, 0, false
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n == 0 {
+		return nil, hdr[0], true
+	}
+	if n > 16<<20 {
+		return nil, 0, false
+	}
+	body := make([]byte, n)
+	if f.read(body) != nil {
+		return nil, 0, false
+	}
+	var covers []mountOp
+	if err := json.Unmarshal(body, &covers); err != nil {
+		return nil, 0, false
+	}
+	return covers, hdr[0], true
+}
+
+// relay passes the daemon's signals for epoch's command (cmd) on, until
+// the daemon ends the epoch (true) or the socket closes (false).
+// SIGKILL kills every process of the namespace but the init.
+func (f *frames) relay(epoch uint32, cmd int) bool {
+	for {
+		var t [1]byte
+		if f.read(t[:]) != nil {
+			return false
+		}
+		switch t[0] {
+		case frameSignal:
+			var rest [5]byte
+			if f.read(rest[:]) != nil {
+				return false
+			}
+			if binary.BigEndian.Uint32(rest[:4]) != epoch {
+				continue
+			}
+			sig := syscall.Signal(rest[4])
+			if sig == unix.SIGKILL {
+				_ = unix.Kill(-1, unix.SIGKILL)
+				continue
+			}
+			forwardSignal(cmd, sig)
+		case frameEnd:
+			var rest [4]byte
+			if f.read(rest[:]) != nil {
+				return false
+			}
+			if binary.BigEndian.Uint32(rest[:]) == epoch {
+				return true
+			}
+		default:
+			return false // out of protocol: the daemon is not a daemon
+		}
+	}
+}
