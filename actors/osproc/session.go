@@ -112,11 +112,29 @@ func (s *osSession) Output(i int) Reader { return newFileChunks(s.outputs[i], !s
 func (s *osSession) HasStdin() bool      { return s.stdin != nil }
 
 func (s *osSession) Wait() int {
+	if s.report.Recycled() {
+		// The init serves other starts after this one: the report alone
+		// says how the command ended (or that the init was killed, which
+		// the report reaped).
+		code, ok := s.report.Wait()
+		close(s.reported)
+		close(s.initGone)
+		switch {
+		case !ok:
+			return SignaledBy(int(syscall.SIGKILL))
+		case s.report.ExitSignal() != 0:
+			return SignaledBy(s.report.ExitSignal())
+		}
+		return code
+	}
 	if s.report != nil {
 		code, ok := s.report.Wait()
 		s.report.Close()
 		close(s.reported)
 		if ok {
+			if sig := s.report.ExitSignal(); sig != 0 {
+				code = SignaledBy(sig)
+			}
 			// The command was reaped by its init, which exits now (its
 			// namespaces' teardown is not the command's): reaped in the
 			// background, waited for by Release.
@@ -172,6 +190,16 @@ func (s *osSession) CloseStdin() error {
 }
 
 func (s *osSession) Signal(sig syscall.Signal) error {
+	if s.report.Recycled() {
+		// Through the init, by the report: the init's pid outlives the
+		// command and serves the next start, which a late signal by pid
+		// would reach. SIGKILL also kills the tree's cgroup.
+		err := s.report.Signal(sig)
+		if sig == syscall.SIGKILL {
+			_ = s.group.Kill()
+		}
+		return err
+	}
 	if sig == syscall.SIGSTOP && s.report != nil {
 		// A sandbox's init: SIGSTOP would stop it, not the command; it
 		// stops the command's group on StopRelay.
@@ -213,6 +241,24 @@ func (s *osSession) Resize(rows, cols uint16) error {
 func (s *osSession) Limit(code int) string { return s.group.LimitHit(code) }
 
 func (s *osSession) Release() {
+	if s.report.Recycled() {
+		select {
+		case <-s.reported:
+		default:
+			// The command still runs (a Release before its end: the
+			// owner's panic path): its init and namespace go with it; the
+			// waiter's report then says the init was killed.
+			s.report.Abandon()
+			t := time.NewTimer(time.Second)
+			select {
+			case <-s.reported:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+		s.group.Release()
+		return
+	}
 	if s.initGone != nil {
 		select {
 		case <-s.reported:

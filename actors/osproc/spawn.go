@@ -256,6 +256,7 @@ func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 	var serr error
 	if plan, ok := helperPlan(spec, path, argv, s.group); ok {
 		plan.DevPts = devpts
+		plan.Recycle = true // the session waits for and signals its command through the report
 		proc, s.report, serr = sandbox.StartReported(iso.Host, plan, attr)
 	} else {
 		sandbox.SealDescriptors() // only its stdio reaches the child
@@ -270,6 +271,11 @@ func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 	}
 	s.pid = proc.Pid
 	if gerr := s.group.Started(proc.Pid); gerr != nil { // the subreaper's tree root
+		if s.report.Recycled() {
+			s.report.Abandon() // kills and reaps the init, which is not ours to reap
+			_ = proc.Release()
+			return nil, OpSetup, gerr
+		}
 		_ = proc.Kill()
 		_, _ = proc.Wait() // reaps it and closes its pidfd
 		s.report.Close()
