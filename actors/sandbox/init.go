@@ -253,7 +253,7 @@ func newSpawnThread(p *wirePlan, l layers, ps *pins) (*spawnThread, string, erro
 	}
 	res := make(chan result, 1)
 	go onThrowawayThread(func() {
-		if p.Prepare && os.Getenv("RT_NOIPC") == "" {
+		if p.Prepare {
 			// Each start on a prepared sandbox gets an IPC namespace of its
 			// own (a recycled sandbox's earlier commands may have left
 			// System V objects or message queues in the last one).
