@@ -1,0 +1,322 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Attacks on recycled prepared sandboxes (Plan.Recycle): a command leaves
+// or changes what it can in the sandbox its init serves the next start
+// from; the next command, on the same init, must find nothing of it.
+
+// runTwo runs a then b, recycled, on h's sandbox for p in ws, and returns
+// their outputs; it fails unless both exited 0 and b ran on a's init.
+func runTwo(t *testing.T, h *Host, a, b Plan, ws string) (string, string) {
+	t.Helper()
+	ra := startRecycled(t, h, a, ws)
+	outA, code, _ := ra.wait(t)
+	if code != 0 {
+		t.Fatalf("first command: exit %d, %q", code, outA)
+	}
+	if !ra.report.Recycled() {
+		t.Fatal("the first command's sandbox is not recycled")
+	}
+	rb := startRecycled(t, h, b, ws)
+	outB, code, _ := rb.wait(t)
+	if code != 0 {
+		t.Fatalf("second command: exit %d, %q", code, outB)
+	}
+	if rb.pid != ra.pid {
+		t.Fatalf("the second command ran in init %d, the first in %d: not recycled", rb.pid, ra.pid)
+	}
+	return outA, outB
+}
+
+// field returns the value after "key " on the line that starts so in out.
+func field(t *testing.T, out, key string) string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(l, key+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %q line in %q", key, out)
+	return ""
+}
+
+// TestRecycleAttackIPCLeftovers: System V semaphores and message queues,
+// a POSIX message queue, a socket, a FIFO and a subdirectory on /dev/shm,
+// an abstract UNIX name whose listener was left in flight (in a socket's
+// own queue, no process holding it) — the next command finds none.
+func TestRecycleAttackIPCLeftovers(t *testing.T) {
+	needPython(t)
+	h, p, ws := recycledHost(t)
+	a := shPlan(p, `
+mkdir -p /dev/shm/d/e && echo secret > /dev/shm/d/e/f && mkfifo /dev/shm/d/fifo
+python3 -c '
+import ctypes, os, socket
+l = ctypes.CDLL(None, use_errno=True)
+print("sem", l.semget(0x5eed, 1, 0o1666) >= 0, "msg", l.msgget(0x5eed, 0o1666) >= 0)
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+print("mq-created", rt.mq_open(b"/recycle-leak", os.O_CREAT | os.O_RDWR, 0o666, None) >= 0)
+u = socket.socket(socket.AF_UNIX); u.bind("/dev/shm/d/sock"); u.listen()
+ln = socket.socket(socket.AF_UNIX); ln.bind("\0recycle-leak"); ln.listen()
+x, y = socket.socketpair()
+socket.send_fds(x, [b"x"], [ln.fileno(), y.fileno()])  # y holds itself and the listener
+print("left")
+'
+`)
+	b := shPlan(p, `
+echo "shm [$(ls -A /dev/shm)]"
+python3 -c '
+import ctypes, os, socket
+l = ctypes.CDLL(None, use_errno=True)
+print("sem", l.semget(0x5eed, 0, 0) >= 0, "msg", l.msgget(0x5eed, 0) >= 0)
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+print("mq", rt.mq_open(b"/recycle-leak", os.O_RDONLY) >= 0)
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("\0recycle-leak"); print("abstract CONNECTED")
+except OSError as e:
+    print("abstract", e.errno)
+'
+`)
+	outA, outB := runTwo(t, h, a, b, ws)
+	if !strings.Contains(outA, "sem True msg True") || !strings.Contains(outA, "left") {
+		t.Fatalf("the first command did not leave what it should have: %q", outA)
+	}
+	for _, want := range []string{"shm []", "sem False msg False", "mq False", fmt.Sprintf("abstract %d", unix.ECONNREFUSED)} {
+		if !strings.Contains(outB, want) {
+			t.Errorf("the second command's view lacks %q:\n%s", want, outB)
+		}
+	}
+}
+
+// TestRecycleAttackShmMetadata: what a command can set on /dev/shm and
+// /dev/pts themselves (it is their owner, uid 0): times, an ACL, a user
+// xattr, mode. A fresh sandbox's are as made; the next command on a
+// recycled one must not read the first's values (a 64-bit channel each).
+func TestRecycleAttackShmMetadata(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	a := shPlan(p, `
+touch -d @424242 /dev/shm && touch -a -d @434343 /dev/shm && echo shm-times-set
+touch -d @525252 /dev/pts 2>/dev/null && echo pts-times-set
+python3 -c 'import os; os.setxattr("/dev/shm", "user.leak", b"secret"); print("xattr-set")' 2>/dev/null
+chmod 0700 /dev/shm; chmod 0700 /dev/pts
+`)
+	b := shPlan(p, `
+echo "shm $(stat -c '%X %Y %a' /dev/shm)"
+echo "pts $(stat -c '%X %Y %a' /dev/pts)"
+echo "xattr $(python3 -c 'import os; print(len(os.listxattr("/dev/shm")))')"
+`)
+	start := time.Now().Unix()
+	outA, outB := runTwo(t, h, a, b, ws)
+	if !strings.Contains(outA, "shm-times-set") {
+		t.Fatalf("the first command could not set /dev/shm's times: %q", outA)
+	}
+	for _, d := range []string{"shm", "pts"} {
+		f := strings.Fields(field(t, outB, d))
+		if len(f) != 3 {
+			t.Fatalf("%s: %q", d, outB)
+		}
+		for i, what := range []string{"atime", "mtime"} {
+			if v, _ := strconv.ParseInt(f[i], 10, 64); v < start-60 {
+				t.Errorf("/dev/%s %s %s: the first command's (it set times in 1970)\n%s", d, what, f[i], outB)
+			}
+		}
+	}
+	if field(t, outB, "shm") == "" || !strings.HasSuffix(field(t, outB, "shm"), " 1777") || !strings.HasSuffix(field(t, outB, "pts"), " 755") {
+		t.Errorf("modes not as made: %q", outB)
+	}
+	if field(t, outB, "xattr") != "0" {
+		t.Errorf("the first command's xattr on /dev/shm is there: %q", outB)
+	}
+}
+
+// TestRecycleAttackPidCounter: the pid namespace outlives a recycled
+// command, and with it the namespace's pid counter: the next command's
+// pid (and /proc/sys/kernel/ns_last_pid, /proc/loadavg) says how many
+// processes and threads the first made — a channel between commands
+// that must not exist. On a fresh sandbox the command's pid is the same
+// whatever ran before.
+func TestRecycleAttackPidCounter(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	const forks = 300
+	a := shPlan(p, fmt.Sprintf(`echo "pid $$"; i=0; while [ $i -lt %d ]; do /bin/true; i=$((i+1)); done`, forks))
+	b := shPlan(p, `echo "pid $$"`)
+	outA, outB := runTwo(t, h, a, b, ws)
+	pa, _ := strconv.Atoi(field(t, outA, "pid"))
+	pb, _ := strconv.Atoi(field(t, outB, "pid"))
+	// The init's own threads may take a pid or two in between: far
+	// fewer than the first command's forks.
+	if pb-pa >= forks/2 {
+		t.Errorf("the second command is pid %d, the first %d: it can count the first's %d forks", pb, pa, forks)
+	}
+}
+
+// TestRecycleAttackNice: a start's priority is the daemon thread's
+// (preparedStart.Nice), set on the init's spawning thread before the fork:
+// the next start of the recycled init, from a thread of a higher
+// priority, must run at that priority, not the first start's.
+func TestRecycleAttackNice(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	niced := make(chan *recycledRun, 1)
+	go func() {
+		// A thread of its own at nice 5, which ends with the goroutine
+		// (locked, never unlocked).
+		runtime.LockOSThread()
+		if err := unix.Setpriority(unix.PRIO_PROCESS, 0, 5); err != nil {
+			niced <- nil
+			return
+		}
+		niced <- startRecycled(t, h, shPlan(p, `echo "nice $(cut -d' ' -f19 /proc/self/stat)"`), ws)
+	}()
+	ra := <-niced
+	if ra == nil {
+		t.Skip("cannot renice a thread here")
+	}
+	outA, code, _ := ra.wait(t)
+	if code != 0 || field(t, outA, "nice") != "5" || !ra.report.Recycled() {
+		t.Fatalf("first command: exit %d, recycled %v, %q", code, ra.report.Recycled(), outA)
+	}
+	rb := startRecycled(t, h, shPlan(p, `echo "nice $(cut -d' ' -f19 /proc/self/stat)"`), ws)
+	outB, code, _ := rb.wait(t)
+	if code != 0 {
+		t.Fatalf("second command: exit %d, %q", code, outB)
+	}
+	if rb.pid != ra.pid {
+		t.Fatalf("not recycled: init %d then %d", ra.pid, rb.pid)
+	}
+	if want := strconv.Itoa(threadNice()); field(t, outB, "nice") != want {
+		t.Errorf("second command at nice %s, want the daemon's %s", field(t, outB, "nice"), want)
+	}
+}
+
+// ptyRecycled starts plan with Recycle on a PTY of h (the command's
+// controlling terminal) and returns the master and the report.
+func ptyRecycled(t *testing.T, h *Host, plan Plan, dir string) (*os.File, *recycledRun) {
+	t.Helper()
+	master, slave, devpts, ok, err := h.OpenPTY(24, 80)
+	if err != nil || !ok {
+		t.Fatalf("OpenPTY: %v %v", ok, err)
+	}
+	t.Cleanup(func() { master.Close() })
+	plan.Recycle, plan.DevPts, plan.Ctty = true, devpts, true
+	proc, report, err := StartReported(h, plan, &os.ProcAttr{Dir: dir, Files: []*os.File{slave, slave, slave}})
+	slave.Close()
+	devpts.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = master.SetReadDeadline(time.Now().Add(20 * time.Second))
+	return master, &recycledRun{pid: proc.Pid, proc: proc, report: report}
+}
+
+// readUntil reads master until its output holds want (bounded by the
+// master's deadline).
+func readUntil(t *testing.T, master *os.File, want string) string {
+	t.Helper()
+	var out []byte
+	buf := make([]byte, 512)
+	for !strings.Contains(strings.ReplaceAll(string(out), "\r", ""), want) {
+		n, err := master.Read(buf)
+		out = append(out, buf[:n]...)
+		if err != nil {
+			t.Fatalf("read the terminal: %q before %v, want %q", out, err, want)
+		}
+	}
+	return strings.ReplaceAll(string(out), "\r", "")
+}
+
+// TestRecycleAttackPTY: after a recycled PTY start whose master the
+// daemon still holds, the next commands on that init (one on pipes, one
+// on a PTY of its own) cannot reach the first's terminal: its pts is not
+// in their /dev/pts, and what is typed into the old master reaches no one
+// of them; the second PTY start gets a terminal of its own that works.
+func TestRecycleAttackPTY(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	m1, r1 := ptyRecycled(t, h, shPlan(p, `echo "tty $(tty)"; echo up`), ws)
+	out1 := readUntil(t, m1, "up\n")
+	if status, ok := r1.report.Wait(); !ok || status != 0 || !r1.report.Recycled() {
+		t.Fatalf("PTY start: status %d ok %v recycled %v, %q", status, ok, r1.report.Recycled(), out1)
+	}
+	_ = r1.proc.Release()
+	tty := field(t, out1, "tty")
+
+	rb := startRecycled(t, h, shPlan(p, fmt.Sprintf(`
+echo "pts [$(ls /dev/pts | tr '\n' ' ')]"
+sh -c 'exec 3<>%s && echo OPENED && timeout 2 head -c 6 <&3' || echo refused
+`, tty)), ws)
+	if _, err := m1.Write([]byte("typed\n")); err != nil {
+		t.Logf("write to the old master: %v", err)
+	}
+	outB, code, _ := rb.wait(t)
+	if rb.pid != r1.pid {
+		t.Fatalf("not recycled: init %d then %d", r1.pid, rb.pid)
+	}
+	if code != 0 || strings.Contains(outB, "OPENED") || strings.Contains(outB, "typed") {
+		t.Errorf("the next command reached the earlier PTY %s: exit %d, %q", tty, code, outB)
+	}
+	if strings.Contains(" "+field(t, outB, "pts"), " "+strings.TrimPrefix(tty, "/dev/pts/")+" ") {
+		t.Errorf("the earlier pts is listed: %q", outB)
+	}
+
+	m3, r3 := ptyRecycled(t, h, shPlan(p, `echo "tty $(tty)"; stty size; read x; echo "got $x"`), ws)
+	readUntil(t, m3, "24 80\n")
+	if _, err := m3.Write([]byte("mine\n")); err != nil {
+		t.Fatal(err)
+	}
+	out3 := readUntil(t, m3, "got mine\n")
+	if status, ok := r3.report.Wait(); !ok || status != 0 {
+		t.Fatalf("second PTY start: status %d ok %v, %q", status, ok, out3)
+	}
+	_ = r3.proc.Release()
+	if r3.pid != r1.pid {
+		t.Fatalf("second PTY start not recycled: init %d then %d", r1.pid, r3.pid)
+	}
+	if strings.Contains(out3, "typed") {
+		t.Errorf("what was typed into the first terminal reached the second: %q", out3)
+	}
+}
+
+// TestRecycleAttackLateSignals: a stop (StopRelay, SIGSTOP), a SIGTERM
+// and a SIGHUP sent through the first start's report after its command
+// ended, while the same init runs the next command, reach neither that
+// command nor its children. The second command's own SIGUSR1, sent after
+// them, is the handshake: frames are handled in order, each by a kill()
+// before the next is read, so a late stop or kill that reached the
+// command would have stopped or ended it before its USR1 trap ran.
+func TestRecycleAttackLateSignals(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	ra := startRecycled(t, h, shPlan(p, `echo first`), ws)
+	if out, code, _ := ra.wait(t); code != 0 || out != "first\n" {
+		t.Fatalf("first: %d %q", code, out)
+	}
+	rb := startRecycled(t, h, shPlan(p, `trap 'echo usr1; kill $! 2>/dev/null; exit 0' USR1; sleep 1000 & echo ready; wait`), ws)
+	if l := rb.line(t); l != "ready" {
+		t.Fatalf("second: %q", l)
+	}
+	if rb.pid != ra.pid {
+		t.Fatalf("not recycled: init %d then %d", ra.pid, rb.pid)
+	}
+	for _, s := range []syscall.Signal{StopRelay, syscall.SIGSTOP, syscall.SIGTERM, syscall.SIGHUP} {
+		if err := ra.report.Signal(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rb.report.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	out, status, sig := rb.wait(t)
+	if status != 0 || sig != 0 || out != "usr1\n" {
+		t.Fatalf("second command after the first's late signals: status %d, signal %d, output %q; want its own USR1 and exit 0", status, sig, out)
+	}
+}
