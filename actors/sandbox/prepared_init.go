@@ -39,6 +39,10 @@ func preparedMain(p *wirePlan) helperStatus {
 	if err != nil {
 		return failStatus(stage, err)
 	}
+	made, err := recordMade()
+	if err != nil {
+		return failStatus("mounts", err)
+	}
 	<-notified
 	if _, err := unix.Write(statusFD, []byte(preparedReady)); err != nil {
 		os.Exit(0)
@@ -73,7 +77,7 @@ func preparedMain(p *wirePlan) helperStatus {
 		// Recycled: back to what a fresh preparation would be before the
 		// next start, while the daemon reads the report and ends the
 		// epoch's signals (frameEnd).
-		if err := scrub(r.devpts); err != nil {
+		if err := scrub(r.devpts, made); err != nil {
 			os.Exit(0) // the daemon sees EOF and starts a fresh helper
 		}
 		if r.threadDone {
@@ -302,13 +306,14 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 
 // scrub makes a recycled sandbox what a fresh preparation would be (its
 // command and all it left are dead and reaped by then: endTree): /dev/shm
-// empty and as it was made, the sandbox's own devpts instance back at
-// /dev/pts (devpts: the start attached its PTY's over it), the init's
-// oom_score_adj as before its first start. The spawning thread makes a new
-// IPC namespace for the next command (spawner.serve). A start that set
-// rlimits (process-wide, and the init may not raise them again) is never
+// empty, the sandbox's own devpts instance back at /dev/pts (devpts: the
+// start attached its PTY's over it), what a command owns in the
+// sandbox's own file systems as made (made), the init's oom_score_adj as
+// before its first start. The spawning thread makes a new IPC namespace
+// for the next command (spawner.serve). A start that set rlimits
+// (process-wide, and the init may not raise them again) is never
 // recycled.
-func scrub(devpts bool) error {
+func scrub(devpts bool, made madeAttrs) error {
 	if devpts {
 		// The start's devpts, whose PTY the daemon may still hold: no
 		// later command may reach it.
@@ -319,20 +324,49 @@ func scrub(devpts bool) error {
 	if err := emptyDir("/dev/shm"); err != nil {
 		return err
 	}
-	// A command with uid 0 owns these directories (no capability needed
-	// to change their mode or owner): as made.
-	if err := unix.Chmod("/dev/shm", 0o1777); err != nil {
+	if err := made.restore(); err != nil {
 		return err
 	}
-	if err := unix.Chmod("/dev/pts", 0o755); err != nil {
-		return err
+	return os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
+}
+
+// madePaths are what a command with uid 0 owns in its sandbox's own file
+// systems (no capability needed to change their mode, owner or times):
+// the next command on a recycled sandbox would find what the first set
+// there (a mode that locks it out of /proc or /dev/ptmx, times that carry
+// 64 bits each).
+var madePaths = []string{"/dev/shm", "/dev/pts", "/dev/pts/ptmx", "/proc"}
+
+// madeAttrs are the mode, owner and times of madePaths as the preparation
+// made them.
+type madeAttrs map[string]unix.Stat_t
+
+func recordMade() (madeAttrs, error) {
+	m := make(madeAttrs, len(madePaths))
+	for _, path := range madePaths {
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return nil, err
+		}
+		m[path] = st
 	}
-	for _, d := range []string{"/dev/shm", "/dev/pts"} {
-		if err := unix.Lchown(d, 0, 0); err != nil {
+	return m, nil
+}
+
+func (m madeAttrs) restore() error {
+	for _, path := range madePaths {
+		st := m[path]
+		if err := unix.Chmod(path, st.Mode&0o7777); err != nil {
+			return err
+		}
+		if err := unix.Lchown(path, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, path, []unix.Timespec{st.Atim, st.Mtim}, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			return err
 		}
 	}
-	return os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
+	return nil
 }
 
 // emptyDir removes everything in dir (and the extended attributes of dir
