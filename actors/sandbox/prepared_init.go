@@ -3,11 +3,13 @@ package sandbox
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -43,6 +45,10 @@ func preparedMain(p *wirePlan) helperStatus {
 	if err != nil {
 		return failStatus("mounts", err)
 	}
+	// The pid counter as the first command finds it: every command finds
+	// it so (scrub), or it would count the forks of those before it. Nil
+	// if unavailable: the init then serves one start.
+	lastPid, firstPid := openLastPid()
 	<-notified
 	if _, err := unix.Write(statusFD, []byte(preparedReady)); err != nil {
 		os.Exit(0)
@@ -55,9 +61,14 @@ func preparedMain(p *wirePlan) helperStatus {
 		// The signals the init catches go to the command of the start it
 		// serves; between starts, nowhere.
 		for sig := range sigs {
+			// Under forwardMu: a command's pid is reused by the next (the
+			// pid counter is set back), and supervise clears current
+			// under it: no signal for one command reaches the next.
+			forwardMu.Lock()
 			if cmd := current.Load(); cmd != 0 {
 				forwardSignal(int(cmd), sig)
 			}
+			forwardMu.Unlock()
 		}
 	}()
 	sp := newSpawner(p, fr)
@@ -77,7 +88,7 @@ func preparedMain(p *wirePlan) helperStatus {
 		// Recycled: back to what a fresh preparation would be before the
 		// next start, while the daemon reads the report and ends the
 		// epoch's signals (frameEnd).
-		if err := scrub(r.devpts, made); err != nil {
+		if err := scrub(r.devpts, made, lastPid, firstPid); err != nil {
 			os.Exit(0) // the daemon sees EOF and starts a fresh helper
 		}
 		if r.threadDone {
@@ -106,8 +117,12 @@ func preparedLayers(p *wirePlan) (layers, error) {
 }
 
 // current is the command a prepared sandbox's init serves (0: none): the
-// signals it catches go there.
-var current atomic.Int64
+// signals it catches go there. forwardMu is held while one is forwarded
+// and while current is cleared.
+var (
+	current   atomic.Int64
+	forwardMu sync.Mutex
+)
 
 // spawner runs the starts of a prepared sandbox on its spawning thread: the
 // thread itself waits for each start and forks the command (no hand-over
@@ -233,7 +248,9 @@ func supervise(cmd int, fr *frames, epoch uint32) (code int, ended chan bool, re
 	go func() { ended <- fr.relay(epoch, cmd) }()
 	current.Store(int64(cmd))
 	c, sig := reapCommand(cmd)
+	forwardMu.Lock()
 	current.Store(0)
+	forwardMu.Unlock()
 	endTree()
 	line := fmt.Sprintf("%s%d\n", preparedExit, c)
 	code = c
@@ -313,7 +330,7 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 // for the next command (spawner.serve). A start that set rlimits
 // (process-wide, and the init may not raise them again) is never
 // recycled.
-func scrub(devpts bool, made madeAttrs) error {
+func scrub(devpts bool, made madeAttrs, lastPid *os.File, firstPid []byte) error {
 	if devpts {
 		// The start's devpts, whose PTY the daemon may still hold: no
 		// later command may reach it.
@@ -327,7 +344,45 @@ func scrub(devpts bool, made madeAttrs) error {
 	if err := made.restore(); err != nil {
 		return err
 	}
+	if lastPid == nil {
+		return errors.New("no pid counter to set back")
+	}
+	if _, err := lastPid.WriteAt(firstPid, 0); err != nil {
+		return fmt.Errorf("ns_last_pid: %w", err)
+	}
 	return os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
+}
+
+// openLastPid opens the init's pid namespace's ns_last_pid, in a procfs
+// of the init's own, mounted nowhere (the sandbox's /proc/sys is
+// read-only), and reads it; nil if it cannot.
+func openLastPid() (*os.File, []byte) {
+	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return nil, nil
+	}
+	defer unix.Close(fs)
+	if unix.FsconfigCreate(fs) != nil {
+		return nil, nil
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return nil, nil
+	}
+	defer unix.Close(m)
+	fd, err := unix.Openat(m, "sys/kernel/ns_last_pid", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil
+	}
+	f := os.NewFile(uintptr(fd), "ns_last_pid")
+	buf := make([]byte, 32)
+	n, err := f.ReadAt(buf, 0)
+	if n == 0 {
+		f.Close()
+		return nil, nil
+	}
+	_ = err // io.EOF with the value
+	return f, buf[:n]
 }
 
 // madePaths are what a command with uid 0 owns in its sandbox's own file
