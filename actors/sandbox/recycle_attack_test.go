@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -358,5 +359,127 @@ func TestSandboxAttackProcEntryMode(t *testing.T) {
 	}
 	if got := field(t, out, "mode"); got != fmt.Sprintf("%o", mode) {
 		t.Errorf("a later sandbox's %s has mode %s (the host's %o): the first sandbox's chmod outlived it", entry, got, mode)
+	}
+}
+
+// TestRecycleAttackPlanChangedMeanwhile: the host changes what a sandbox
+// was built for (.git, a read-only stub, becomes a symlink to a writable
+// directory) while a command runs on it; given back after, it must not
+// serve the next start with its stale view: that start runs on a sandbox
+// built for the new plan, and .git stays unwritable.
+func TestRecycleAttackPlanChangedMeanwhile(t *testing.T) {
+	h := preparedHost(t)
+	ws := filepath.Join(stageDir(t), "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target := t.TempDir() // under /tmp: writable by the policy itself
+	p := codexWorkspaceWrite(ws)
+	primeOne(t, h, p, ws)
+	ra := startRecycled(t, h, shPlan(p, `echo ready; read x; echo "a $x"`), ws)
+	if l := ra.line(t); l != "ready" {
+		t.Fatalf("first command: %q", l)
+	}
+	if !ra.report.Recycled() {
+		t.Fatal("not a recycled start")
+	}
+	git := filepath.Join(ws, ".git")
+	if err := os.Remove(git); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, git); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ra.stdin.Write([]byte("done\n")); err != nil {
+		t.Fatal(err)
+	}
+	if out, code, _ := ra.wait(t); code != 0 || out != "a done\n" {
+		t.Fatalf("first command: exit %d, %q", code, out)
+	}
+	rb := startRecycled(t, h, shPlan(p, `{ echo pwn > .git/config; } 2>/dev/null && echo WROTE || echo DENIED`), ws)
+	out, code, _ := rb.wait(t)
+	if rb.pid == ra.pid {
+		t.Errorf("the next start ran on the sandbox built before .git changed (init %d)", ra.pid)
+	}
+	if code != 0 || out != "DENIED\n" {
+		t.Errorf("exit %d, %q", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(target, "config")); err == nil {
+		t.Error("the command wrote through the .git symlink")
+	}
+}
+
+// TestRecycleAttackCloseWhileRunning: the Host closes while a recycled
+// start's command runs: the command runs on to its end, its report says
+// so, and then its init is killed and reaped (no helper left, none
+// unreaped), not given back.
+func TestRecycleAttackCloseWhileRunning(t *testing.T) {
+	before := helperChildren(t)
+	h, p, ws := recycledHost(t)
+	r := startRecycled(t, h, shPlan(p, `echo ready; read x; echo "got $x"; exit 3`), ws)
+	if l := r.line(t); l != "ready" {
+		t.Fatalf("command: %q", l)
+	}
+	if !r.report.Recycled() {
+		t.Fatal("not a recycled start")
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	out, status, _ := r.wait(t)
+	if status != 3 || out != "got go\n" {
+		t.Fatalf("the command after Close: status %d, %q", status, out)
+	}
+	if err := syscall.Kill(r.pid, 0); err != syscall.ESRCH {
+		t.Errorf("the init %d after its command's end on a closed host: kill(0) = %v, want ESRCH (killed and reaped)", r.pid, err)
+	}
+	for pid := range helperChildren(t) {
+		if !before[pid] {
+			t.Errorf("helper %d left after Close", pid)
+		}
+	}
+}
+
+// TestRecycleAttackConcurrentStarts: starts of one plan at once: one
+// takes the recycled sandbox, the others fresh ones; each runs its own
+// command with its own output and status, and the sandboxes given back
+// serve the next starts with nothing of the earlier ones in /dev/shm.
+func TestRecycleAttackConcurrentStarts(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	const n = 3
+	runs := make([]*recycledRun, n)
+	for i := range runs {
+		runs[i] = startRecycled(t, h, shPlan(p, fmt.Sprintf(`echo "shm [$(ls -A /dev/shm)]"; echo %d > /dev/shm/mine-%d; read x; echo "cmd %d $x"; exit %d`, i, i, i, 10+i)), ws)
+	}
+	for i, r := range runs {
+		if l := r.line(t); l != "shm []" {
+			t.Errorf("start %d: %q", i, l)
+		}
+	}
+	for i, r := range runs {
+		if _, err := r.stdin.Write([]byte(fmt.Sprintf("in%d\n", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inits := map[int]bool{}
+	for i, r := range runs {
+		out, status, _ := r.wait(t)
+		if want := fmt.Sprintf("cmd %d in%d\n", i, i); out != want || status != 10+i {
+			t.Errorf("start %d: status %d, %q; want %d, %q", i, status, out, 10+i, want)
+		}
+		if inits[r.pid] {
+			t.Errorf("two running starts on init %d", r.pid)
+		}
+		inits[r.pid] = true
+	}
+	for i := 0; i < n; i++ {
+		r := startRecycled(t, h, shPlan(p, `echo "shm [$(ls -A /dev/shm)]"`), ws)
+		out, status, _ := r.wait(t)
+		if status != 0 || out != "shm []\n" {
+			t.Errorf("a later start: status %d, %q", status, out)
+		}
 	}
 }
