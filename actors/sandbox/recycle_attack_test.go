@@ -167,6 +167,32 @@ func TestRecycleAttackPidCounter(t *testing.T) {
 	}
 }
 
+// TestRecycleAttackInitRlimits: a command has the init's uid (0), so
+// prlimit(2) on the init needs no capability to lower its limits; the
+// init's limits are what it forks the next command with. The next
+// command on the recycled init must start with the limits the first one
+// started with, not those the first set on its init.
+func TestRecycleAttackInitRlimits(t *testing.T) {
+	needPython(t)
+	h, p, ws := recycledHost(t)
+	limits := `echo "limits $(ulimit -n) $(ulimit -f) $(ulimit -t) $(ulimit -Hn)"
+`
+	a := shPlan(p, limits+`python3 -c '
+import resource as r
+r.prlimit(1, r.RLIMIT_NOFILE, (64, 64))
+r.prlimit(1, r.RLIMIT_FSIZE, (8, 8))
+r.prlimit(1, r.RLIMIT_CPU, (100, 100))
+print("lowered", r.prlimit(1, r.RLIMIT_NOFILE))
+'`)
+	outA, outB := runTwo(t, h, a, shPlan(p, limits), ws)
+	if !strings.Contains(outA, "lowered (64, 64)") {
+		t.Skipf("the command could not lower its init's limits: %q", outA)
+	}
+	if got, want := field(t, outB, "limits"), field(t, outA, "limits"); got != want {
+		t.Errorf("the second command starts with limits (nofile, fsize, cpu, hard nofile) %s, the first with %s: the first set them on the init", got, want)
+	}
+}
+
 // TestRecycleAttackNice: a start's priority is the daemon thread's
 // (preparedStart.Nice), set on the init's spawning thread before the fork:
 // the next start of the recycled init, from a thread of a higher
