@@ -45,6 +45,9 @@ func preparedMain(p *wirePlan) helperStatus {
 	if err != nil {
 		return failStatus("mounts", err)
 	}
+	if made.limits, err = recordRlimits(); err != nil {
+		return failStatus("rlimit", err)
+	}
 	// The pid counter as the first command finds it: every command finds
 	// it so (scrub), or it would count the forks of those before it. Nil
 	// if unavailable: the init then serves one start.
@@ -393,24 +396,50 @@ func openLastPid() (*os.File, []byte) {
 var madePaths = []string{"/dev/shm", "/dev/pts", "/dev/pts/ptmx", "/proc"}
 
 // madeAttrs are the mode, owner and times of madePaths as the preparation
-// made them.
-type madeAttrs map[string]unix.Stat_t
+// made them, and the init's rlimits before its first start: a command
+// has the init's uid, and prlimit(2) needs no capability to lower them
+// (the next command is forked with them).
+type madeAttrs struct {
+	paths  map[string]unix.Stat_t
+	limits []unix.Rlimit
+}
 
 func recordMade() (madeAttrs, error) {
-	m := make(madeAttrs, len(madePaths))
+	m := madeAttrs{paths: make(map[string]unix.Stat_t, len(madePaths))}
 	for _, path := range madePaths {
 		var st unix.Stat_t
 		if err := unix.Lstat(path, &st); err != nil {
-			return nil, err
+			return m, err
 		}
-		m[path] = st
+		m.paths[path] = st
 	}
 	return m, nil
 }
 
+// rlimitCount is RLIM_NLIMITS: the resources getrlimit(2) knows.
+const rlimitCount = 16
+
+func recordRlimits() ([]unix.Rlimit, error) {
+	limits := make([]unix.Rlimit, rlimitCount)
+	for r := range limits {
+		if err := unix.Getrlimit(r, &limits[r]); err != nil {
+			return nil, fmt.Errorf("getrlimit(%d): %w", r, err)
+		}
+	}
+	return limits, nil
+}
+
 func (m madeAttrs) restore() error {
+	// An init without CAP_SYS_RESOURCE cannot raise a hard limit a
+	// command lowered: it then serves no other start.
+	for r := 0; r < rlimitCount; r++ {
+		l := m.limits[r]
+		if err := unix.Setrlimit(r, &l); err != nil {
+			return fmt.Errorf("setrlimit(%d): %w", r, err)
+		}
+	}
 	for _, path := range madePaths {
-		st := m[path]
+		st := m.paths[path]
 		if err := unix.Chmod(path, st.Mode&0o7777); err != nil {
 			return err
 		}

@@ -170,26 +170,45 @@ func TestRecycleAttackPidCounter(t *testing.T) {
 // TestRecycleAttackInitRlimits: a command has the init's uid (0), so
 // prlimit(2) on the init needs no capability to lower its limits; the
 // init's limits are what it forks the next command with. The next
-// command on the recycled init must start with the limits the first one
-// started with, not those the first set on its init.
+// command must start with the limits the first one started with, not
+// those the first set on its init: on the same init (which set them
+// back) or, where the init cannot raise a hard limit again (no
+// CAP_SYS_RESOURCE), on a fresh one. A soft limit lowered alone is set
+// back by any init: that one is recycled.
 func TestRecycleAttackInitRlimits(t *testing.T) {
 	needPython(t)
 	h, p, ws := recycledHost(t)
-	limits := `echo "limits $(ulimit -n) $(ulimit -f) $(ulimit -t) $(ulimit -Hn)"
+	limits := `echo "limits $(ulimit -Sn) $(ulimit -Sf) $(ulimit -St) $(ulimit -Hn) $(ulimit -Hf)"
 `
-	a := shPlan(p, limits+`python3 -c '
-import resource as r
-r.prlimit(1, r.RLIMIT_NOFILE, (64, 64))
-r.prlimit(1, r.RLIMIT_FSIZE, (8, 8))
-r.prlimit(1, r.RLIMIT_CPU, (100, 100))
-print("lowered", r.prlimit(1, r.RLIMIT_NOFILE))
-'`)
-	outA, outB := runTwo(t, h, a, shPlan(p, limits), ws)
-	if !strings.Contains(outA, "lowered (64, 64)") {
-		t.Skipf("the command could not lower its init's limits: %q", outA)
-	}
-	if got, want := field(t, outB, "limits"), field(t, outA, "limits"); got != want {
-		t.Errorf("the second command starts with limits (nofile, fsize, cpu, hard nofile) %s, the first with %s: the first set them on the init", got, want)
+	for _, tc := range []struct {
+		name, lower string
+		recycled    bool
+	}{
+		{"soft", `r.prlimit(1, r.RLIMIT_NOFILE, (64, r.prlimit(1, r.RLIMIT_NOFILE)[1])); r.prlimit(1, r.RLIMIT_FSIZE, (8, r.RLIM_INFINITY))`, true},
+		{"hard", `r.prlimit(1, r.RLIMIT_NOFILE, (64, 64)); r.prlimit(1, r.RLIMIT_FSIZE, (8, 8)); r.prlimit(1, r.RLIMIT_CPU, (100, 100))`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h.prepared.settle()
+			ra := startRecycled(t, h, shPlan(p, limits+`python3 -c 'import resource as r; `+tc.lower+`; print("lowered", r.prlimit(1, r.RLIMIT_NOFILE)[0])'`), ws)
+			outA, code, _ := ra.wait(t)
+			if code != 0 || !strings.Contains(outA, "lowered 64") {
+				t.Fatalf("the command could not lower its init's limits: exit %d, %q", code, outA)
+			}
+			if !ra.report.Recycled() {
+				t.Fatal("not a recycled start")
+			}
+			rb := startRecycled(t, h, shPlan(p, limits), ws)
+			outB, code, _ := rb.wait(t)
+			if code != 0 {
+				t.Fatalf("second command: exit %d, %q", code, outB)
+			}
+			if got, want := field(t, outB, "limits"), field(t, outA, "limits"); got != want {
+				t.Errorf("the second command (init %d, the first's %d) starts with limits (soft nofile, fsize, cpu; hard nofile, fsize) %s, the first with %s: the first set them on the init", rb.pid, ra.pid, got, want)
+			}
+			if tc.recycled && rb.pid != ra.pid {
+				t.Errorf("the init did not serve the next start after its soft limits were lowered (init %d, then %d)", ra.pid, rb.pid)
+			}
+		})
 	}
 }
 
