@@ -53,7 +53,8 @@ func field(t *testing.T, out, key string) string {
 	return ""
 }
 
-// TestRecycleAttackIPCLeftovers: System V semaphores and message queues,
+// TestRecycleAttackIPCLeftovers: a stopped process and one in a session
+// of its own that ignores every signal it can, System V semaphores and message queues,
 // a POSIX message queue, a socket, a FIFO and a subdirectory on /dev/shm,
 // an abstract UNIX name whose listener was left in flight (in a socket's
 // own queue, no process holding it) — the next command finds none.
@@ -61,6 +62,9 @@ func TestRecycleAttackIPCLeftovers(t *testing.T) {
 	needPython(t)
 	h, p, ws := recycledHost(t)
 	a := shPlan(p, `
+sh -c 'printf leftover > /proc/self/comm; kill -STOP $$' </dev/null >/dev/null 2>&1 &
+setsid sh -c 'trap "" HUP INT TERM USR1 USR2 QUIT; printf leftover > /proc/self/comm; while :; do sleep 1000; done' </dev/null >/dev/null 2>&1 &
+until [ "$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^leftover$')" = 2 ]; do :; done
 mkdir -p /dev/shm/d/e && echo secret > /dev/shm/d/e/f && mkfifo /dev/shm/d/fifo
 python3 -c '
 import ctypes, os, socket
@@ -77,6 +81,7 @@ print("left")
 `)
 	b := shPlan(p, `
 echo "shm [$(ls -A /dev/shm)]"
+echo "leftovers $(cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^leftover$')"
 python3 -c '
 import ctypes, os, socket
 l = ctypes.CDLL(None, use_errno=True)
@@ -94,7 +99,7 @@ except OSError as e:
 	if !strings.Contains(outA, "sem True msg True") || !strings.Contains(outA, "left") {
 		t.Fatalf("the first command did not leave what it should have: %q", outA)
 	}
-	for _, want := range []string{"shm []", "sem False msg False", "mq False", fmt.Sprintf("abstract %d", unix.ECONNREFUSED)} {
+	for _, want := range []string{"shm []", "leftovers 0", "sem False msg False", "mq False", fmt.Sprintf("abstract %d", unix.ECONNREFUSED)} {
 		if !strings.Contains(outB, want) {
 			t.Errorf("the second command's view lacks %q:\n%s", want, outB)
 		}
@@ -209,6 +214,71 @@ func TestRecycleAttackInitRlimits(t *testing.T) {
 				t.Errorf("the init did not serve the next start after its soft limits were lowered (init %d, then %d)", ra.pid, rb.pid)
 			}
 		})
+	}
+}
+
+// TestRecycleAttackIPCInCallersNetNS: starts in the caller's network
+// namespace (the managed network's: Plan.NetNS) are forked from a
+// spawning thread that serves one start (it entered that namespace); the
+// init makes a new one for the next. The next command must still get an
+// IPC namespace of its own, not the one an earlier command left its
+// System V objects in.
+func TestRecycleAttackIPCInCallersNetNS(t *testing.T) {
+	needPython(t)
+	h := preparedHost(t)
+	n, err := NewNetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ws := stageDir(t)
+	p := &Policy{RestrictFS: true, Network: true, Rules: []Rule{{Path: "/", Access: Read}, {Path: ws, Access: Write}}}
+	primePrepared(t, h, Plan{Policy: p, NetNS: n}, ws)
+	leave := `python3 -c 'import ctypes; l = ctypes.CDLL(None); print("sem", l.semget(0x5eee, 1, 0o1666) >= 0, "msg", l.msgget(0x5eee, 0o1666) >= 0)'`
+	look := `python3 -c 'import ctypes; l = ctypes.CDLL(None); print("sem", l.semget(0x5eee, 0, 0) >= 0, "msg", l.msgget(0x5eee, 0) >= 0)'`
+	var pids []int
+	for i, script := range []string{leave, look, look} {
+		plan := shPlan(p, script)
+		plan.NetNS = n
+		r := startRecycled(t, h, plan, ws)
+		out, code, _ := r.wait(t)
+		pids = append(pids, r.pid)
+		if i == 0 {
+			if code != 0 || out != "sem True msg True\n" || !r.report.Recycled() {
+				t.Fatalf("first command: exit %d, recycled %v, %q", code, r.report.Recycled(), out)
+			}
+			continue
+		}
+		if code != 0 || out != "sem False msg False\n" {
+			t.Errorf("command %d (init %d, the first's %d): exit %d, %q: it sees the first command's System V objects", i+1, r.pid, pids[0], code, out)
+		}
+	}
+	if pids[1] != pids[0] {
+		t.Logf("not recycled: inits %v", pids)
+	}
+}
+
+// TestRecycleAttackEnvAndCwd: a recycled init takes each start's
+// command, environment and working directory afresh: the next command has
+// none of the first's environment and runs where its own start says.
+func TestRecycleAttackEnvAndCwd(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	sub := filepath.Join(ws, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ra := startRecycled(t, h, shPlan(p, `echo "pwd $(pwd) secret ${SECRET:-none}"; export LATER=1`, "SECRET=hunter2"), sub)
+	outA, code, _ := ra.wait(t)
+	if code != 0 || field(t, outA, "pwd") != sub+" secret hunter2" {
+		t.Fatalf("first command: exit %d, %q", code, outA)
+	}
+	rb := startRecycled(t, h, shPlan(p, `echo "pwd $(pwd) secret ${SECRET:-none} later ${LATER:-none} env $(env | grep -c .)"`), ws)
+	outB, code, _ := rb.wait(t)
+	if rb.pid != ra.pid {
+		t.Fatalf("not recycled: init %d then %d", ra.pid, rb.pid)
+	}
+	if code != 0 || !strings.HasPrefix(field(t, outB, "pwd"), ws+" secret none later none env ") {
+		t.Errorf("second command: exit %d, %q", code, outB)
 	}
 }
 
