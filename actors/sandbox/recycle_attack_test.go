@@ -282,6 +282,26 @@ func TestRecycleAttackEnvAndCwd(t *testing.T) {
 	}
 }
 
+// TestRecycleAttackInitAutogroup: /proc/1/autogroup is the init's
+// scheduling autogroup, writable by its owner (uid 0, no capability
+// needed to raise its nice value) and readable by all: a command writes
+// a value there and the next command on the recycled init reads it.
+func TestRecycleAttackInitAutogroup(t *testing.T) {
+	if _, err := os.Stat("/proc/self/autogroup"); err != nil {
+		t.Skip("no autogroups on this kernel")
+	}
+	h, p, ws := recycledHost(t)
+	read := `echo "ag $(sed 's/.* nice //' /proc/1/autogroup)"
+`
+	outA, outB := runTwo(t, h, shPlan(p, read+`echo 13 > /proc/1/autogroup && echo "set $(sed 's/.* nice //' /proc/1/autogroup)"`), shPlan(p, read), ws)
+	if field(t, outA, "set") != "13" {
+		t.Skipf("the command could not set its init's autogroup nice: %q", outA)
+	}
+	if got, want := field(t, outB, "ag"), field(t, outA, "ag"); got != want {
+		t.Errorf("the second command reads its init's autogroup nice %s (the first set 13; it read %s)", got, want)
+	}
+}
+
 // TestRecycleAttackNice: a start's priority is the daemon thread's
 // (preparedStart.Nice), set on the init's spawning thread before the fork:
 // the next start of the recycled init, from a thread of a higher
