@@ -402,6 +402,10 @@ var madePaths = []string{"/dev/shm", "/dev/pts", "/dev/pts/ptmx", "/proc"}
 type madeAttrs struct {
 	paths  map[string]unix.Stat_t
 	limits []unix.Rlimit
+	// autogroup is the init's scheduling autogroup's nice value, as
+	// /proc/self/autogroup takes it (nil: no autogroups): its owner may
+	// raise it, and anyone read it.
+	autogroup []byte
 }
 
 func recordMade() (madeAttrs, error) {
@@ -413,7 +417,23 @@ func recordMade() (madeAttrs, error) {
 		}
 		m.paths[path] = st
 	}
+	if nice, err := autogroupNice(); err == nil {
+		m.autogroup = nice
+	}
 	return m, nil
+}
+
+// autogroupNice is the nice value of the init's autogroup.
+func autogroupNice() ([]byte, error) {
+	b, err := os.ReadFile("/proc/self/autogroup")
+	if err != nil {
+		return nil, err
+	}
+	_, nice, ok := strings.Cut(strings.TrimSpace(string(b)), " nice ")
+	if !ok {
+		return nil, fmt.Errorf("/proc/self/autogroup: %q", b)
+	}
+	return []byte(nice), nil
 }
 
 // rlimitCount is RLIM_NLIMITS: the resources getrlimit(2) knows.
@@ -436,6 +456,19 @@ func (m madeAttrs) restore() error {
 		l := m.limits[r]
 		if err := unix.Setrlimit(r, &l); err != nil {
 			return fmt.Errorf("setrlimit(%d): %w", r, err)
+		}
+	}
+	if m.autogroup != nil {
+		// Written only if changed: the write takes global locks, and
+		// holds off its owner's own writes for a tenth of a second.
+		nice, err := autogroupNice()
+		if err != nil {
+			return err
+		}
+		if string(nice) != string(m.autogroup) {
+			if err := os.WriteFile("/proc/self/autogroup", m.autogroup, 0); err != nil {
+				return err
+			}
 		}
 	}
 	for _, path := range madePaths {
