@@ -304,6 +304,23 @@ func TestRecycleAttackInitAutogroup(t *testing.T) {
 	}
 }
 
+// TestRecycleAttackInitCoredumpFilter: /proc/1/coredump_filter is
+// writable by the init's owner (a command's uid, 0), and the init's
+// filter is what every process it forks starts with: the next command on
+// the recycled init must not start with the one the first set.
+func TestRecycleAttackInitCoredumpFilter(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	read := `echo "cdf $(cat /proc/self/coredump_filter)"
+`
+	outA, outB := runTwo(t, h, shPlan(p, read+`echo 0x7e > /proc/1/coredump_filter; echo "set $(cat /proc/1/coredump_filter)"`), shPlan(p, read), ws)
+	if field(t, outA, "set") != "0000007e" {
+		t.Skipf("the command could not set its init's coredump filter: %q", outA)
+	}
+	if got, want := field(t, outB, "cdf"), field(t, outA, "cdf"); got != want {
+		t.Errorf("the second command starts with coredump filter %s (the first set 7e; it started with %s)", got, want)
+	}
+}
+
 // TestRecycleAttackNice: a start's priority is the daemon thread's
 // (preparedStart.Nice), set on the init's spawning thread before the fork:
 // the next start of the recycled init, from a thread of a higher
