@@ -406,6 +406,9 @@ type madeAttrs struct {
 	// /proc/self/autogroup takes it (nil: no autogroups): its owner may
 	// raise it, and anyone read it.
 	autogroup []byte
+	// coredumpFilter is the init's /proc/self/coredump_filter (hex), which
+	// its owner may write and every process it forks inherits.
+	coredumpFilter string
 }
 
 func recordMade() (madeAttrs, error) {
@@ -420,6 +423,11 @@ func recordMade() (madeAttrs, error) {
 	if nice, err := autogroupNice(); err == nil {
 		m.autogroup = nice
 	}
+	b, err := os.ReadFile("/proc/self/coredump_filter")
+	if err != nil {
+		return m, err
+	}
+	m.coredumpFilter = strings.TrimSpace(string(b))
 	return m, nil
 }
 
@@ -469,6 +477,13 @@ func (m madeAttrs) restore() error {
 			if err := os.WriteFile("/proc/self/autogroup", m.autogroup, 0); err != nil {
 				return err
 			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/coredump_filter"); err != nil {
+		return err
+	} else if strings.TrimSpace(string(b)) != m.coredumpFilter {
+		if err := os.WriteFile("/proc/self/coredump_filter", []byte("0x"+m.coredumpFilter), 0); err != nil {
+			return err
 		}
 	}
 	for _, path := range madePaths {
