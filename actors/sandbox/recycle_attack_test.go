@@ -516,6 +516,65 @@ func TestSandboxAttackProcEntryMode(t *testing.T) {
 	}
 }
 
+// TestRecycleAttackSignalStorm: a caller signals a recycled start's
+// command without pause, across its end and while the same init runs the
+// next command (SIGUSR1, whose default action kills): the first command
+// (which ignores it) ends as it chooses, the next one, which does not
+// ignore it, gets none of them. Under -race: Signal, Wait and Abandon of
+// one report concurrently.
+func TestRecycleAttackSignalStorm(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	ra := startRecycled(t, h, shPlan(p, `trap '' USR1; echo ready; read x; exit 4`), ws)
+	if l := ra.line(t); l != "ready" {
+		t.Fatalf("first command: %q", l)
+	}
+	stop := make(chan struct{})
+	stormDone := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { stormDone <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := ra.report.Signal(syscall.SIGUSR1); err != nil {
+				t.Errorf("signal: %v", err)
+				return
+			}
+			n++
+		}
+	}()
+	if _, err := ra.stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, status, sig := ra.wait(t); status != 4 || sig != 0 {
+		t.Fatalf("first command: status %d, signal %d; want exit 4", status, sig)
+	}
+	rb := startRecycled(t, h, shPlan(p, `echo ready; read x; echo "b $x"`), ws)
+	if l := rb.line(t); l != "ready" {
+		t.Fatalf("second command: %q", l)
+	}
+	if rb.pid != ra.pid {
+		t.Fatalf("not recycled: init %d then %d", ra.pid, rb.pid)
+	}
+	// The handshake: a frame of the second start after the storm's.
+	if err := rb.report.Signal(syscall.SIGWINCH); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	n := <-stormDone
+	ra.report.Abandon() // after its Wait: no-op, never the next start's sandbox
+	if _, err := rb.stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	out, status, sig := rb.wait(t)
+	if status != 0 || sig != 0 || out != "b go\n" {
+		t.Fatalf("second command after %d SIGUSR1s for the first: status %d, signal %d, %q", n, status, sig, out)
+	}
+}
+
 // TestRecycleAttackPlanChangedMeanwhile: the host changes what a sandbox
 // was built for (.git, a read-only stub, becomes a symlink to a writable
 // directory) while a command runs on it; given back after, it must not
