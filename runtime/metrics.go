@@ -100,8 +100,11 @@ func registerSandboxMetrics(reg *prometheus.Registry, h *sandbox.Host) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "runtimed_sandbox_prepared_failures_total",
 			Help: "Preparations of a sandbox ahead that failed (the next start of that plan starts a fresh one)."},
 			stat(func(_, f, _ uint64) uint64 { return f })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "runtimed_sandbox_prepared_recycled_total",
+			Help: "Prepared sandboxes given back after their command's end to serve the next start of their plan (their init cleaned up)."},
+			func() float64 { return float64(h.PreparedRecycled()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "runtimed_sandbox_prepared_ready",
-			Help: "Sandboxes prepared ahead waiting for a start (one per plan, at most two plans)."},
+			Help: "Sandboxes prepared ahead or given back, waiting for a start (at most two)."},
 			func() float64 { return float64(h.PreparedReady()) }),
 	)
 }

@@ -96,11 +96,14 @@ type osSession struct {
 	// report is the sandbox init's report of the command's exit (a start
 	// with a sandbox init, prepared or not; nil otherwise). The three
 	// fields are set by Start; from then on the waiter goroutine (Wait)
-	// owns the report (reads it, closes it) and closes reported once the
-	// report is in or known missing, then initGone once the init is
-	// reaped (in a goroutine of its own when the report came first). The
-	// owner goroutine only waits on the two channels (Release, Signal's
-	// choice of order reads report's nil-ness, fixed at Start).
+	// owns the reading of the report (and closes it) and closes reported
+	// once the report is in or known missing, then initGone once the init
+	// is reaped (in a goroutine of its own when the report came first; at
+	// once for a Recycled report, whose init is the pool's). The owner
+	// goroutine only waits on the two channels (Release) and, for a
+	// Recycled report, signals and abandons through it (ExitReport.Signal
+	// and Abandon are safe next to Wait); Signal's choice of path reads
+	// the report's kind, fixed at Start.
 	report   *sandbox.ExitReport
 	reported chan struct{}
 	initGone chan struct{}

@@ -47,14 +47,20 @@
 // plan's namespaces and confines its spawning thread, and waits on a
 // socket; a start whose plan key is exactly the prepared one takes it
 // (StartReported then also returns the init's ExitReport of the command's
-// exit). Host.NoPrepare turns it off.
+// exit). With Plan.Recycle the caller waits, signals and kills through
+// that report only, and the init, once the command has ended and it has
+// cleaned up (prepared_init.go), serves the next start of its plan.
+// Host.NoPrepare turns it off.
 //
 // # Concurrency
 //
 // The prepared sandboxes are the Host's pool (a mutex over a short list,
 // no I/O under it); each preparation is a goroutine of its own, at most
 // one per plan key, which Close waits for. A taken sandbox and its
-// ExitReport belong to the start that took it.
+// ExitReport belong to the start that took it; a Recycled report gives it
+// back to the pool when the command's exit is in (Wait), and its Signal
+// and Abandon may be called from another goroutine meanwhile (each frame
+// is one write on the socket).
 //
 // Host is read-only after Probe (but for its thread pool) and safe to
 // share. Start may be called from any number of goroutines; each confined
@@ -68,9 +74,12 @@
 //
 // # Failure semantics
 //
-// A prepared sandbox never runs a command twice and never runs one on a
-// stale view: a start whose plan key differs (a file replaced, a mount
-// made since) starts its own helper; host sockets bound since are covered
+// A prepared sandbox runs one command at a time, never one on a stale
+// view, and a recycled one leaves nothing of a command to the next (its
+// namespace emptied of processes, /dev/shm emptied, a new IPC namespace;
+// signals for an ended command dropped): a start whose plan key differs
+// (a file replaced, a mount made since) starts its own helper; a clean-up
+// that fails ends the init; host sockets bound since are covered
 // by the start before its fork; one found dead before
 // it read its start (an idle helper killed) falls back to its own helper;
 // a failure after it read its start is that start's *ExecError. A failed
@@ -99,9 +108,11 @@
 // # Backpressure
 //
 // Preparations are not queued: at most one per plan key runs, at most
-// two plans keep a sandbox (the oldest is ended), at nice 10. Starts that
-// come faster than sandboxes are prepared (about 5 ms of CPU each) build
-// their own.
+// two sandboxes wait (prepared or given back; the oldest is ended), at
+// nice 10. Concurrent starts of one plan beyond the sandboxes waiting
+// build their own. Signal frames are small writes on a socket the init
+// reads at once; a caller that sends them faster than the init relays
+// blocks in the write (the socket's buffer).
 //
 // None: Start blocks its caller until the command has been exec'd or the
 // start failed (a few syscalls and one fork/exec on a spawning thread; one

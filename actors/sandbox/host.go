@@ -226,6 +226,16 @@ func (h *Host) PreparedStats() (used, failed, missed uint64) {
 	return pp.used.Load(), pp.failed.Load(), pp.missed.Load()
 }
 
+// PreparedRecycled reports how many times a prepared sandbox was given
+// back after its command's end to serve the next start of its plan (see
+// Plan.Recycle); 0 where nothing is prepared. Safe for concurrent use.
+func (h *Host) PreparedRecycled() uint64 {
+	if h == nil || h.prepared == nil {
+		return 0
+	}
+	return h.prepared.recycled.Load()
+}
+
 // PreparedReady reports how many prepared sandboxes wait for a start
 // (at most one per plan, at most two plans; 0 where nothing is prepared).
 // Safe for concurrent use.

@@ -13,35 +13,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// runInit is the helper as the pid namespace's init: it starts the command
-// from a spawning thread confined like a spawning thread of the daemon
+// runInit is the helper as the pid namespace's init (a fresh helper's;
+// a prepared sandbox's is preparedMain): it starts the command from a
+// spawning thread confined like a spawning thread of the daemon
 // (capabilities dropped, Landlock, seccomp, a uid of its own: see
-// confineAndStart), reports the start, and then forwards signals, reaps
-// and exits with the command's status. It returns only if the command
-// could not be started. thread is the spawning thread, confined ahead by
-// a prepared sandbox; nil: one is made and confined now.
-func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal, thread *spawnThread) helperStatus {
-	if thread == nil {
-		var stage string
-		var err error
-		if thread, stage, err = newSpawnThread(p, l, ps); err != nil {
-			signal.Reset()
-			return failStatus(stage, err)
-		}
+// newSpawnThread), which then reaps until the command has exited and exits
+// the init with its status (reapLoop), while this goroutine gives up the
+// init's copies of the command's stdio and forwards signals. It returns
+// only if the command could not be started.
+func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal) helperStatus {
+	thread, stage, err := newSpawnThread(p, l, ps)
+	if err != nil {
+		signal.Reset()
+		return failStatus(stage, err)
 	}
-	return superviseInit(p, ps, sigs, thread, nil, func(cred *syscall.Credential, filtered bool) (*os.Process, string, error) {
-		return spawnCommand(p, cred, filtered)
-	})
-}
-
-// superviseInit runs start on the spawning thread, which then reaps until
-// the command has exited and exits the init with its status (reapLoop),
-// while this goroutine gives up the init's copies of the command's stdio
-// and forwards signals. mainJobs, if not nil, carries what start must run
-// on this (unconfined) thread meanwhile. It returns only if the command
-// could not be started.
-func superviseInit(p *wirePlan, ps *pins, sigs chan os.Signal, thread *spawnThread, mainJobs chan func(),
-	start func(cred *syscall.Credential, filtered bool) (*os.Process, string, error)) helperStatus {
 	type spawned struct {
 		proc  *os.Process
 		stage string
@@ -49,21 +34,13 @@ func superviseInit(p *wirePlan, ps *pins, sigs chan os.Signal, thread *spawnThre
 	}
 	out := make(chan spawned, 1)
 	thread.jobs <- func(cred *syscall.Credential, filtered bool) {
-		proc, stage, err := start(cred, filtered)
+		proc, stage, err := spawnCommand(p, cred, filtered)
 		out <- spawned{proc, stage, err}
 		if err == nil {
-			reapLoop(p, proc.Pid) // does not return
+			reapLoop(proc.Pid) // does not return
 		}
 	}
-	var r spawned
-	for waiting := true; waiting; {
-		select {
-		case f := <-mainJobs:
-			f()
-		case r = <-out:
-			waiting = false
-		}
-	}
+	r := <-out
 	if r.err != nil {
 		signal.Reset()
 		st := stageError(r.stage, r.err)
@@ -71,9 +48,8 @@ func superviseInit(p *wirePlan, ps *pins, sigs chan os.Signal, thread *spawnThre
 	}
 	ps.close()
 	// The command's stdio stays the command's: the init holds none of it,
-	// so the daemon sees EOF when the tree closes its outputs (a prepared
-	// sandbox's spawning thread closed the copies it received).
-	if null, oerr := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0); oerr == nil && !p.Prepare {
+	// so the daemon sees EOF when the tree closes its outputs.
+	if null, oerr := unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0); oerr == nil {
 		for fd := 0; fd <= 2; fd++ {
 			_ = unix.Dup3(null, fd, 0)
 		}
@@ -144,7 +120,7 @@ func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Pro
 // (endTree), reports its exit on the status descriptor (see ExitReport)
 // and exits the init with the command's status as the daemon reports it
 // (128+N for a death by signal N).
-func reapLoop(p *wirePlan, cmd int) {
+func reapLoop(cmd int) {
 	code, sig := reapCommand(cmd)
 	endTree()
 	line := preparedExit + strconv.Itoa(code) + "\n"

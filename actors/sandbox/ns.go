@@ -1,13 +1,14 @@
 package sandbox
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -122,12 +123,14 @@ func planNamespace(p *Policy) (nsPlan, error) {
 		}
 	}
 	var writableDirs []Rule
+	ids := map[string]fileID{} // each rule path's, as stat'ed here
 	for i, r := range rules {
 		st, err := os.Stat(r.Path)
 		if err != nil {
 			return np, fmt.Errorf("sandbox path %s: %w", r.Path, err)
 		}
 		dir, id := st.IsDir(), idOf(st)
+		ids[r.Path] = id
 		parent := state(r.Path, i)
 		parentRW := parent == Write || (parent == 0 && !np.ReadOnlyRoot)
 		switch r.Access {
@@ -164,11 +167,8 @@ func planNamespace(p *Policy) (nsPlan, error) {
 			lst, err := os.Lstat(path)
 			switch {
 			case os.IsNotExist(err):
-				wst, werr := os.Stat(w.Path)
-				if werr != nil {
-					return np, fmt.Errorf("sandbox path %s: %w", w.Path, werr)
-				}
-				np.Mounts = append(np.Mounts, mountOp{Op: opStub, Path: path, Dir: true, ID: idOf(wst)})
+				// The stub's identity is its writable root's, stat'ed above.
+				np.Mounts = append(np.Mounts, mountOp{Op: opStub, Path: path, Dir: true, ID: ids[w.Path]})
 			case err != nil:
 				return np, fmt.Errorf("protected path %s: %w", path, err)
 			case lst.Mode()&os.ModeSymlink != 0:
@@ -213,22 +213,75 @@ func planNamespace(p *Policy) (nsPlan, error) {
 }
 
 // hostSockets lists the pathname UNIX sockets of this network namespace.
+// /proc/net/unix stays open (opening it walks /proc each time) and is read
+// in one pread from its start: a sequence file reads afresh at offset 0,
+// and serializes concurrent readers itself.
 func hostSockets() []string {
-	b, err := os.ReadFile("/proc/net/unix")
-	if err != nil {
+	netUnix.once.Do(func() {
+		netUnix.fd = -1
+		if fd, err := unix.Open("/proc/net/unix", unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			netUnix.fd = fd
+		}
+	})
+	if netUnix.fd < 0 {
 		return nil
 	}
-	var out []string
-	for i, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if i == 0 || len(f) < 8 || !strings.HasPrefix(f[7], "/") {
+	bp := netUnixBufs.Get().(*[]byte)
+	defer netUnixBufs.Put(bp)
+	var n int
+	for {
+		var err error
+		n, err = unix.Pread(netUnix.fd, *bp, 0)
+		if err == unix.EINTR {
 			continue
 		}
-		out = append(out, filepath.Clean(f[7]))
+		if err != nil {
+			return nil
+		}
+		if n < len(*bp) {
+			break
+		}
+		*bp = make([]byte, 2*len(*bp)) // it may have been cut: read it whole
+	}
+	var out []string
+	b := (*bp)[:n]
+	for first := true; len(b) > 0; first = false {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		// The path is the eighth field, the last: it may hold spaces.
+		f := 0
+		for i := 0; i < len(line) && f < 7; {
+			for i < len(line) && line[i] == ' ' {
+				i++
+			}
+			for i < len(line) && line[i] != ' ' {
+				i++
+			}
+			f++
+			if f == 7 {
+				line = bytes.TrimLeft(line[i:], " ")
+			}
+		}
+		if first || f < 7 || len(line) == 0 || line[0] != '/' {
+			continue
+		}
+		out = append(out, filepath.Clean(string(line)))
 	}
 	sort.Strings(out)
 	return slices.Compact(out)
 }
+
+// netUnix is hostSockets' open /proc/net/unix (-1: unreadable).
+var netUnix struct {
+	once sync.Once
+	fd   int
+}
+
+var netUnixBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 func underDeny(rules []Rule, path string) bool {
 	for _, r := range rules {

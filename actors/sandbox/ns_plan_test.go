@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -131,6 +133,32 @@ func TestNamespaceCgroupNS(t *testing.T) {
 		out, code := runIn(t, &hh, codexWorkspaceWrite(ws), ws, `readlink /proc/self/ns/cgroup`)
 		if got := strings.TrimSpace(out); code != 0 || !strings.HasPrefix(got, "cgroup:[") || got == own {
 			t.Errorf("%s: the command's cgroup namespace %q (exit %d), the test's %s: want one of its own", pid, got, code, own)
+		}
+	}
+}
+
+// TestHostSockets: a pathname socket bound now is listed (its name may
+// hold spaces), an abstract one is not.
+func TestHostSockets(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a socket")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	abstract, err := net.Listen("unix", "@runtimed-test-"+filepath.Base(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer abstract.Close()
+	got := hostSockets()
+	if !slices.Contains(got, path) {
+		t.Fatalf("hostSockets() = %q, lacks %q", got, path)
+	}
+	for _, s := range got {
+		if !strings.HasPrefix(s, "/") {
+			t.Errorf("hostSockets() lists %q, not a path", s)
 		}
 	}
 }

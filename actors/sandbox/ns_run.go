@@ -129,7 +129,7 @@ func runNS(p *wirePlan, ps *pins, sigs chan os.Signal, notified chan struct{}) h
 		return failStatus("exec", err)
 	}
 	<-notified
-	return runInit(p, l, ps, sigs, nil)
+	return runInit(p, l, ps, sigs)
 }
 
 // enterNetNS moves the calling thread into the caller's network namespace.

@@ -48,10 +48,6 @@ func preparedMain(p *wirePlan) helperStatus {
 	if made.limits, err = recordRlimits(); err != nil {
 		return failStatus("rlimit", err)
 	}
-	// The pid counter as the first command finds it: every command finds
-	// it so (scrub), or it would count the forks of those before it. Nil
-	// if unavailable: the init then serves one start.
-	lastPid, firstPid := openLastPid()
 	<-notified
 	if _, err := unix.Write(statusFD, []byte(preparedReady)); err != nil {
 		os.Exit(0)
@@ -75,37 +71,34 @@ func preparedMain(p *wirePlan) helperStatus {
 		}
 	}()
 	sp := newSpawner(p, fr)
-	sp.serve(thread)
-	for epoch := uint32(1); ; epoch++ {
-		sp.next <- epoch // read the start of this epoch
+	sp.made = made
+	// The pid counter as the first command finds it: every command finds
+	// it so (scrub), or it would count the forks of those before it. Nil
+	// if unavailable: the init then serves one start.
+	sp.lastPid, sp.firstPid = openLastPid()
+	// Whether the init may lower its oom_score_adj (a daemon without
+	// CAP_SYS_RESOURCE may not): tried once, and put back for the command.
+	if os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0) == nil {
+		sp.oom = os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0) == nil
+		if !sp.oom {
+			return failStatus("oom_score_adj", errors.New("cannot put the init's oom_score_adj back to 0"))
+		}
+	}
+	for epoch := uint32(1); ; {
+		sp.serve(thread, ps, epoch)
 		r := sp.await()
 		if r.err != nil {
 			s := stageError(r.stage, r.err)
 			return helperStatus{Stage: s.Stage, Errno: int(s.Errno), Msg: s.Msg}
 		}
-		ps.close()
-		code, ended, reported := supervise(r.proc.Pid, fr, epoch)
-		if r.last || !reported {
-			os.Exit(code)
-		}
-		// Recycled: back to what a fresh preparation would be before the
-		// next start, while the daemon reads the report and ends the
-		// epoch's signals (frameEnd).
-		if err := scrub(r.devpts, made, lastPid, firstPid); err != nil {
+		// The thread served epoch r.epoch and entered that start's network
+		// namespace (its seccomp filter, installed there, refuses setns): a
+		// new one for the next start.
+		ps = new(pins)
+		if thread, _, err = newSpawnThread(p, l, ps); err != nil {
 			os.Exit(0) // the daemon sees EOF and starts a fresh helper
 		}
-		if r.threadDone {
-			// A spawning thread that entered the start's network namespace
-			// serves one start: a new one for the next.
-			ps = new(pins)
-			if thread, _, err = newSpawnThread(p, l, ps); err != nil {
-				os.Exit(0)
-			}
-			sp.serve(thread)
-		}
-		if !<-ended {
-			os.Exit(0) // the daemon is gone
-		}
+		epoch = r.epoch + 1
 	}
 }
 
@@ -120,39 +113,49 @@ func preparedLayers(p *wirePlan) (layers, error) {
 }
 
 // current is the command a prepared sandbox's init serves (0: none): the
-// signals it catches go there. forwardMu is held while one is forwarded
-// and while current is cleared.
+// signals the init catches go there. forwardMu is held while one is
+// forwarded and while current is cleared.
 var (
 	current   atomic.Int64
 	forwardMu sync.Mutex
 )
 
-// spawner runs the starts of a prepared sandbox on its spawning thread: the
-// thread itself waits for each start and forks the command (no hand-over
-// between threads on the start's path), and serves the next start of the
-// sandbox when the init says (next): its confinement is the policy's, the
-// same for every start. What it may not do confined (the PTY's devpts
-// mount, socket covers) it hands to the init's main thread (mainJobs).
+// spawner runs the starts of a prepared sandbox on its spawning thread,
+// one after the other: the thread itself takes each start in, forks the
+// command, relays the daemon's signals for it, reaps it and reports its
+// exit (no hand-over between threads on a start's path: on a VM, waking
+// another thread costs tens of microseconds), then has the sandbox cleaned
+// up and waits for the next. Its confinement is the policy's, the same for
+// every start. What it may not do confined (the PTY's devpts, socket
+// covers, the clean-up's mounts) it hands to the init's main thread
+// (mainJobs), which otherwise waits for the thread's end (out).
 type spawner struct {
 	p        *wirePlan
 	fr       *frames
-	next     chan uint32  // main -> thread: read the start of this epoch
-	out      chan spawned // thread -> main: the start's outcome
+	out      chan spawned // thread -> main: how the thread ended
 	mainJobs chan func()
+	// oom: the init may lower its oom_score_adj (CAP_SYS_RESOURCE): it
+	// does while each command runs. Set before the first start.
+	oom bool
+	// made is what scrub puts back; lastPid the pid namespace's
+	// ns_last_pid (nil: unavailable, no start is recycled), set back to
+	// firstPid after each command. Set before the first start.
+	made     madeAttrs
+	lastPid  *os.File
+	firstPid []byte
 }
 
-// spawned is a start's outcome on the spawning thread.
+// spawned is how a spawning thread ended: a start that failed (err), or a
+// thread that entered a start's network namespace after serving epoch
+// (the init makes a new one). The thread exits the init itself otherwise.
 type spawned struct {
-	proc       *os.Process
-	stage      string
-	err        error
-	last       bool // the daemon's word: the init exits after this start
-	devpts     bool // the start attached its PTY's devpts
-	threadDone bool // the thread ended with this start
+	epoch uint32
+	stage string
+	err   error
 }
 
 func newSpawner(p *wirePlan, fr *frames) *spawner {
-	return &spawner{p: p, fr: fr, next: make(chan uint32), out: make(chan spawned, 1), mainJobs: make(chan func())}
+	return &spawner{p: p, fr: fr, out: make(chan spawned, 1), mainJobs: make(chan func())}
 }
 
 // onMain runs f on the init's main thread (which waits in await).
@@ -162,8 +165,8 @@ func (s *spawner) onMain(f func() error) error {
 	return <-errc
 }
 
-// await returns the outcome of the start the thread serves, running what
-// it hands over meanwhile.
+// await returns how the spawning thread ended, running what it hands over
+// meanwhile.
 func (s *spawner) await() spawned {
 	for {
 		select {
@@ -175,48 +178,63 @@ func (s *spawner) await() spawned {
 	}
 }
 
-// serve gives thread its job: the starts, one per epoch sent on next,
-// until one fails, is the last, or entered a network namespace of its own
-// (the thread then ends, and with it what it was).
-func (s *spawner) serve(thread *spawnThread) {
+// serve gives thread (confined with ps's pins) its job: the starts from
+// epoch on.
+func (s *spawner) serve(thread *spawnThread, ps *pins, epoch uint32) {
 	thread.jobs <- func(cred *syscall.Credential, filtered bool) {
-		for epoch := range s.next {
-			r := s.one(epoch, cred, filtered)
-			// A thread that entered the start's network namespace installed
-			// its seccomp filter there (which refuses setns): it serves no
-			// other start.
-			r.threadDone = r.err != nil || r.last || !filtered
-			if !r.threadDone {
-				// The next command's IPC namespace, made now: the one just
-				// forked keeps its own (and whatever it leaves there dies
-				// with its tree).
-				if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
-					r.last = true
-				}
-			}
-			s.out <- r
-			if r.threadDone || r.last {
-				return
-			}
+		s.out <- s.run(epoch, ps, cred, filtered)
+	}
+}
+
+// run serves starts until one fails (returned), is the sandbox's last,
+// the daemon goes, or clean-up fails (the init exits: the daemon sees EOF
+// and starts a fresh helper for its next start), or the thread entered a
+// start's network namespace (returned).
+func (s *spawner) run(epoch uint32, ps *pins, cred *syscall.Credential, filtered bool) spawned {
+	for ; ; epoch++ {
+		cmd, last, devpts, stage, err := s.one(epoch, cred, filtered)
+		if err != nil {
+			return spawned{stage: stage, err: err}
+		}
+		ps.close() // the thread is confined: the pins have served
+		code, reported := s.supervise(cmd, epoch)
+		if last || !reported {
+			os.Exit(code)
+		}
+		// Recycled: back to what a fresh preparation would be, while the
+		// daemon reads the report and ends the epoch's signals.
+		if err := s.onMain(func() error { return scrub(devpts, s.oom, s.made, s.lastPid, s.firstPid) }); err != nil {
+			os.Exit(0)
+		}
+		if !s.fr.awaitEnd(epoch) {
+			os.Exit(0) // the daemon is gone
+		}
+		if !filtered {
+			return spawned{epoch: epoch}
+		}
+		// The next command's IPC namespace: the one just ended goes with
+		// its tree, and whatever the tree left there.
+		if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
+			os.Exit(0)
 		}
 	}
 }
 
 // one takes the start of epoch in, waits for the daemon's word and forks
-// the command.
-func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) spawned {
+// the command; it returns the command's pid and what the start said.
+func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) (cmd int, last, devpts bool, stage string, err error) {
 	start, fds, err := s.fr.readStart()
 	if err == io.EOF {
 		os.Exit(0) // the daemon dropped it unused
 	}
 	if err != nil {
-		return spawned{stage: "plan", err: err}
+		return 0, false, false, "plan", err
 	}
 	if start.Epoch != epoch {
-		return spawned{stage: "plan", err: fmt.Errorf("start of epoch %d, want %d", start.Epoch, epoch)}
+		return 0, false, false, "plan", fmt.Errorf("start of epoch %d, want %d", start.Epoch, epoch)
 	}
 	if stage, err := applyStart(s.p, start, fds, s.onMain); err != nil {
-		return spawned{stage: stage, err: err}
+		return 0, false, false, stage, err
 	}
 	// The daemon checks the plan while this start came in: it runs only
 	// on its word; anything else (the plan changed, the daemon is gone)
@@ -229,28 +247,31 @@ func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) spa
 	}
 	if len(covers) > 0 {
 		if err := s.onMain(func() error { return coverSockets(covers, s.p.Scratch) }); err != nil {
-			return spawned{stage: "mounts", err: err}
+			return 0, false, false, "mounts", err
 		}
 	}
 	proc, stage, err := spawnCommand(s.p, cred, filtered)
-	return spawned{proc: proc, stage: stage, err: err, last: flags&goLast != 0, devpts: start.DevPts}
+	if err != nil {
+		return 0, false, false, stage, err
+	}
+	return proc.Pid, flags&goLast != 0, start.DevPts, "", nil
 }
 
-// supervise is the init while the command (cmd) of epoch runs: the
-// daemon's signals for it are relayed (frames.relay) and the init's own
-// forwarded; once the command has exited, what it left is killed and
-// reaped (endTree) and its exit reported. It returns the command's status
-// as the init would exit with it, ended (which yields whether the daemon
-// ended the epoch's signals), and whether the report was written.
-func supervise(cmd int, fr *frames, epoch uint32) (code int, ended chan bool, reported bool) {
+// supervise is the init while the command (cmd) of epoch runs: it relays
+// the daemon's signals for the command and reaps what the namespace's
+// processes leave until the command has exited, then kills and reaps
+// what the command left (endTree) and reports the exit. It returns the
+// command's status as the init would exit with it and whether the report
+// was written.
+func (s *spawner) supervise(cmd int, epoch uint32) (code int, reported bool) {
 	// The init is never the OOM killer's pick in the tree's cgroup (set
 	// after the fork: the command inherits nothing of it; scrub takes it
 	// back before the next fork).
-	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
-	ended = make(chan bool, 1)
-	go func() { ended <- fr.relay(epoch, cmd) }()
+	if s.oom {
+		_ = s.onMain(func() error { return os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0) })
+	}
 	current.Store(int64(cmd))
-	c, sig := reapCommand(cmd)
+	c, sig := s.relayAndReap(cmd, epoch)
 	forwardMu.Lock()
 	current.Store(0)
 	forwardMu.Unlock()
@@ -262,7 +283,50 @@ func supervise(cmd int, fr *frames, epoch uint32) (code int, ended chan bool, re
 		code = 128 + sig
 	}
 	_, err := unix.Write(statusFD, []byte(line))
-	return code, ended, err == nil
+	return code, err == nil
+}
+
+// orphanReap bounds how long a process of the namespace that exited after
+// its parent (the init's child then) stays a zombie while the command runs.
+const orphanReap = 100 // milliseconds
+
+// relayAndReap waits for the command's exit (its pidfd), passing on the
+// daemon's signals for epoch as they come (SIGKILL: to every process of the
+// namespace but the init) and reaping the namespace's orphans, and returns
+// the command's exit code or the signal that ended it.
+func (s *spawner) relayAndReap(cmd int, epoch uint32) (code, sig int) {
+	pidfd, err := unix.PidfdOpen(cmd, 0)
+	if err != nil {
+		return reapCommand(cmd) // no pidfd: no relay (signals by pid still reach the init)
+	}
+	defer unix.Close(pidfd)
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}, {Fd: int32(s.fr.fd), Events: unix.POLLIN}}
+	for {
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			if pid == cmd {
+				if ws.Signaled() {
+					return 0, int(ws.Signal())
+				}
+				return ws.ExitStatus(), 0
+			}
+		}
+		if _, err := unix.Poll(fds, orphanReap); err != nil && err != unix.EINTR {
+			return reapCommand(cmd)
+		}
+		if len(fds) > 1 && fds[1].Revents != 0 && !s.fr.relayOne(epoch, cmd) {
+			// The daemon closed its end (a caller without the report, or
+			// gone): the command runs on; the init exits after it.
+			fds = fds[:1]
+		}
+	}
 }
 
 // applyStart makes the start's own part of a prepared sandbox's plan (the
@@ -333,7 +397,7 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 // for the next command (spawner.serve). A start that set rlimits
 // (process-wide, and the init may not raise them again) is never
 // recycled.
-func scrub(devpts bool, made madeAttrs, lastPid *os.File, firstPid []byte) error {
+func scrub(devpts, oom bool, made madeAttrs, lastPid *os.File, firstPid []byte) error {
 	if devpts {
 		// The start's devpts, whose PTY the daemon may still hold: no
 		// later command may reach it.
@@ -352,6 +416,9 @@ func scrub(devpts bool, made madeAttrs, lastPid *os.File, firstPid []byte) error
 	}
 	if _, err := lastPid.WriteAt(firstPid, 0); err != nil {
 		return fmt.Errorf("ns_last_pid: %w", err)
+	}
+	if !oom {
+		return nil
 	}
 	return os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
 }
@@ -653,10 +720,42 @@ func (f *frames) readGo() ([]mountOp, byte, bool) {
 	return covers, hdr[0], true
 }
 
-// relay passes the daemon's signals for epoch's command (cmd) on, until
-// the daemon ends the epoch (true) or the socket closes (false).
-// SIGKILL kills every process of the namespace but the init.
-func (f *frames) relay(epoch uint32, cmd int) bool {
+// relayOne reads one frame while epoch's command (cmd) runs and passes a
+// signal for it on (SIGKILL: to every process of the namespace but the
+// init); frames of earlier epochs are dropped. False if the socket closed
+// or the frame is out of protocol.
+func (f *frames) relayOne(epoch uint32, cmd int) bool {
+	var t [1]byte
+	if f.read(t[:]) != nil {
+		return false
+	}
+	switch t[0] {
+	case frameSignal:
+		var rest [5]byte
+		if f.read(rest[:]) != nil {
+			return false
+		}
+		if binary.BigEndian.Uint32(rest[:4]) != epoch {
+			return true
+		}
+		sig := syscall.Signal(rest[4])
+		if sig == unix.SIGKILL {
+			_ = unix.Kill(-1, unix.SIGKILL)
+			return true
+		}
+		forwardSignal(cmd, sig)
+		return true
+	case frameEnd:
+		var rest [4]byte
+		return f.read(rest[:]) == nil // an earlier epoch's: this one's comes after the report
+	}
+	return false
+}
+
+// awaitEnd reads until the daemon ends epoch's signals (frameEnd), dropping
+// the signals that come before it (the command has exited); false if the
+// socket closed or a frame is out of protocol.
+func (f *frames) awaitEnd(epoch uint32) bool {
 	for {
 		var t [1]byte
 		if f.read(t[:]) != nil {
@@ -668,15 +767,6 @@ func (f *frames) relay(epoch uint32, cmd int) bool {
 			if f.read(rest[:]) != nil {
 				return false
 			}
-			if binary.BigEndian.Uint32(rest[:4]) != epoch {
-				continue
-			}
-			sig := syscall.Signal(rest[4])
-			if sig == unix.SIGKILL {
-				_ = unix.Kill(-1, unix.SIGKILL)
-				continue
-			}
-			forwardSignal(cmd, sig)
 		case frameEnd:
 			var rest [4]byte
 			if f.read(rest[:]) != nil {
@@ -686,7 +776,7 @@ func (f *frames) relay(epoch uint32, cmd int) bool {
 				return true
 			}
 		default:
-			return false // out of protocol: the daemon is not a daemon
+			return false
 		}
 	}
 }
