@@ -321,6 +321,24 @@ func TestRecycleAttackInitCoredumpFilter(t *testing.T) {
 	}
 }
 
+// TestRecycleAttackInitOomScoreAdj: a command may raise its init's
+// oom_score_adj (its owner: no capability needed to raise it), and the
+// init's value is what the next command is forked with: that one must
+// not start as the OOM killer's first pick, whether or not the init may
+// lower its own value while commands run (CAP_SYS_RESOURCE).
+func TestRecycleAttackInitOomScoreAdj(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	read := `echo "oom $(cat /proc/self/oom_score_adj)"
+`
+	outA, outB := runTwo(t, h, shPlan(p, read+`echo 1000 > /proc/1/oom_score_adj; echo "set $(cat /proc/1/oom_score_adj)"`), shPlan(p, read), ws)
+	if field(t, outA, "set") != "1000" {
+		t.Skipf("the command could not raise its init's oom_score_adj: %q", outA)
+	}
+	if got, want := field(t, outB, "oom"), field(t, outA, "oom"); got != want {
+		t.Errorf("the second command starts with oom_score_adj %s (the first set its init's to 1000; it started with %s)", got, want)
+	}
+}
+
 // TestRecycleAttackNice: a start's priority is the daemon thread's
 // (preparedStart.Nice), set on the init's spawning thread before the fork:
 // the next start of the recycled init, from a thread of a higher
