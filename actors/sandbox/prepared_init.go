@@ -84,6 +84,9 @@ func preparedMain(p *wirePlan) helperStatus {
 			return failStatus("oom_score_adj", errors.New("cannot put the init's oom_score_adj back to 0"))
 		}
 	}
+	if b, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil {
+		sp.made.oomScoreAdj = strings.TrimSpace(string(b))
+	}
 	for epoch := uint32(1); ; {
 		sp.serve(thread, ps, epoch)
 		r := sp.await()
@@ -203,7 +206,7 @@ func (s *spawner) run(epoch uint32, ps *pins, cred *syscall.Credential, filtered
 		}
 		// Recycled: back to what a fresh preparation would be, while the
 		// daemon reads the report and ends the epoch's signals.
-		if err := s.onMain(func() error { return scrub(devpts, s.oom, s.made, s.lastPid, s.firstPid) }); err != nil {
+		if err := s.onMain(func() error { return scrub(devpts, s.made, s.lastPid, s.firstPid) }); err != nil {
 			os.Exit(0)
 		}
 		if !s.fr.awaitEnd(epoch) {
@@ -397,7 +400,7 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 // for the next command (spawner.serve). A start that set rlimits
 // (process-wide, and the init may not raise them again) is never
 // recycled.
-func scrub(devpts, oom bool, made madeAttrs, lastPid *os.File, firstPid []byte) error {
+func scrub(devpts bool, made madeAttrs, lastPid *os.File, firstPid []byte) error {
 	if devpts {
 		// The start's devpts, whose PTY the daemon may still hold: no
 		// later command may reach it.
@@ -417,10 +420,7 @@ func scrub(devpts, oom bool, made madeAttrs, lastPid *os.File, firstPid []byte) 
 	if _, err := lastPid.WriteAt(firstPid, 0); err != nil {
 		return fmt.Errorf("ns_last_pid: %w", err)
 	}
-	if !oom {
-		return nil
-	}
-	return os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
+	return nil
 }
 
 // openLastPid opens the init's pid namespace's ns_last_pid, in a procfs
@@ -476,6 +476,10 @@ type madeAttrs struct {
 	// coredumpFilter is the init's /proc/self/coredump_filter (hex), which
 	// its owner may write and every process it forks inherits.
 	coredumpFilter string
+	// oomScoreAdj is the init's oom_score_adj as its first command is
+	// forked with it ("": unknown): its owner may raise it (no capability
+	// needed), and every process it forks inherits it.
+	oomScoreAdj string
 }
 
 func recordMade() (madeAttrs, error) {
@@ -550,6 +554,17 @@ func (m madeAttrs) restore() error {
 		return err
 	} else if strings.TrimSpace(string(b)) != m.coredumpFilter {
 		if err := os.WriteFile("/proc/self/coredump_filter", []byte("0x"+m.coredumpFilter), 0); err != nil {
+			return err
+		}
+	}
+	// Back from a raised value needs no capability (the init, if it may
+	// lower it, did so while the command ran: supervise).
+	if b, err := os.ReadFile("/proc/self/oom_score_adj"); err != nil {
+		return err
+	} else if m.oomScoreAdj == "" {
+		return errors.New("oom_score_adj: unknown as made")
+	} else if strings.TrimSpace(string(b)) != m.oomScoreAdj {
+		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(m.oomScoreAdj), 0); err != nil {
 			return err
 		}
 	}
