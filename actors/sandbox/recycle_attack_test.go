@@ -258,6 +258,51 @@ func TestRecycleAttackIPCInCallersNetNS(t *testing.T) {
 	}
 }
 
+// TestRecycleAttackInFlightAbstract: a command binds abstract UNIX names
+// and leaves each listener in flight (in the queue of a socket that holds
+// itself, no process holding either): they outlive its processes until
+// the kernel's garbage collector takes them (it runs when a UNIX socket
+// is released while some are in flight: maybe long after). The
+// restricted network namespace is the sandbox's, kept for the next
+// command on a recycled init, in the same Landlock domain: that one must
+// neither list the names (/proc/net/unix) nor connect to them (a channel
+// of any width).
+func TestRecycleAttackInFlightAbstract(t *testing.T) {
+	needPython(t)
+	h, p, ws := recycledHost(t)
+	const n = 200
+	a := shPlan(p, fmt.Sprintf(`python3 -c '
+import socket
+keep = []
+for i in range(%d):
+    ln = socket.socket(socket.AF_UNIX); ln.bind("\0recycle-inflight-%%d" %% i); ln.listen()
+    x, y = socket.socketpair()
+    socket.send_fds(x, [b"x"], [ln.fileno(), y.fileno()])
+    keep.append((ln, x, y))
+print("left")
+'`, n))
+	b := shPlan(p, fmt.Sprintf(`echo "listed $(grep -c recycle-inflight /proc/net/unix)"
+python3 -c '
+import socket
+c = 0
+for i in range(%d):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect("\0recycle-inflight-%%d" %% i); c += 1
+    except OSError:
+        pass
+    s.close()
+print("connected", c)
+'`, n))
+	outA, outB := runTwo(t, h, a, b, ws)
+	if !strings.Contains(outA, "left") {
+		t.Fatalf("first command: %q", outA)
+	}
+	if field(t, outB, "listed") != "0" || field(t, outB, "connected") != "0" {
+		t.Errorf("the second command sees (/proc/net/unix) or connects to the first's abstract names left in flight: %q", outB)
+	}
+}
+
 // TestRecycleAttackEnvAndCwd: a recycled init takes each start's
 // command, environment and working directory afresh: the next command has
 // none of the first's environment and runs where its own start says.
