@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,6 +49,7 @@ func preparedMain(p *wirePlan) helperStatus {
 	if made.limits, err = recordRlimits(); err != nil {
 		return failStatus("rlimit", err)
 	}
+	made.ownNet = p.NS.NetNS && !p.NS.GivenNetNS
 	<-notified
 	if _, err := unix.Write(statusFD, []byte(preparedReady)); err != nil {
 		os.Exit(0)
@@ -414,6 +416,11 @@ func scrub(devpts bool, made madeAttrs, lastPid *os.File, firstPid []byte) error
 	if err := made.restore(); err != nil {
 		return err
 	}
+	if made.ownNet {
+		if err := awaitNoUnixSockets(); err != nil {
+			return err
+		}
+	}
 	if lastPid == nil {
 		return errors.New("no pid counter to set back")
 	}
@@ -421,6 +428,40 @@ func scrub(devpts bool, made madeAttrs, lastPid *os.File, firstPid []byte) error
 		return fmt.Errorf("ns_last_pid: %w", err)
 	}
 	return nil
+}
+
+// unixGCBound bounds the wait for the kernel's garbage collector of UNIX
+// sockets in flight (awaitNoUnixSockets).
+const unixGCBound = 50 * time.Millisecond
+
+// awaitNoUnixSockets waits (bounded) until the sandbox's own network
+// namespace holds no UNIX socket. Every socket of the last command closed
+// with its processes, but one left in flight (in the queue of a socket
+// that holds itself) lives on until the kernel's garbage collector, which
+// runs after, asynchronously, takes it: an abstract name it was bound to
+// would still be bound for the next command (same namespace, same Landlock
+// domain). The init's own socket is the daemon's (another namespace).
+func awaitNoUnixSockets() error {
+	deadline := time.Now().Add(unixGCBound)
+	for {
+		b, err := os.ReadFile("/proc/self/net/unix")
+		if err != nil {
+			return err
+		}
+		if strings.Count(string(b), "\n") <= 1 { // the header alone
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("UNIX sockets left in the network namespace")
+		}
+		// The collector runs when a UNIX socket is released while
+		// sockets are in flight: release one.
+		if fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err == nil {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // openLastPid opens the init's pid namespace's ns_last_pid, in a procfs
@@ -480,6 +521,9 @@ type madeAttrs struct {
 	// forked with it ("": unknown): its owner may raise it (no capability
 	// needed), and every process it forks inherits it.
 	oomScoreAdj string
+	// ownNet: the commands run in the sandbox's own network namespace
+	// (restricted), which outlives each of them.
+	ownNet bool
 }
 
 func recordMade() (madeAttrs, error) {
