@@ -120,18 +120,7 @@ func BenchmarkStartLevels(b *testing.B) {
 // namespace made before the start (Plan.NetNS; made outside the timer)
 // against one cloned with the helper, interleaved.
 func BenchmarkStartPremadeNetNS(b *testing.B) {
-	h, err := Probe(os.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer h.Close()
-	if !h.Enforces() || !h.Namespaces {
-		b.Skip("no namespaces level here")
-	}
-	ws := b.TempDir()
-	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}, {Path: ws, Access: Write}, {Path: "/tmp", Access: Write}}}
-	devnull, _ := os.Open(os.DevNull)
-	defer devnull.Close()
+	h, ws, p, devnull := nsBench(b)
 	var took [2]time.Duration
 	for b.Loop() {
 		for i := 0; i < 2; i++ {
@@ -165,18 +154,7 @@ func BenchmarkStartPremadeNetNS(b *testing.B) {
 // cleaning up after the last command (scrub). Start to the report of the
 // command's exit, against BenchmarkTrue.
 func BenchmarkStartRecycled(b *testing.B) {
-	h, err := Probe(os.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer h.Close()
-	if !h.Enforces() || !h.Namespaces {
-		b.Skip("no namespaces level here")
-	}
-	ws := b.TempDir()
-	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}, {Path: ws, Access: Write}, {Path: "/tmp", Access: Write}}}
-	devnull, _ := os.Open(os.DevNull)
-	defer devnull.Close()
+	h, ws, p, devnull := nsBench(b)
 	start := func() {
 		proc, report, err := StartReported(h, Plan{Path: "/bin/true", Argv: []string{"true"}, Policy: p, Recycle: true},
 			&os.ProcAttr{Dir: ws, Files: []*os.File{devnull, devnull, devnull}})
@@ -202,4 +180,27 @@ func BenchmarkStartRecycled(b *testing.B) {
 	}
 	b.ReportMetric(float64(h.prepared.usedCount()-used)/float64(b.N), "prepared/op")
 	b.ReportMetric(float64(h.prepared.recycled.Load()-recycled)/float64(b.N), "recycled/op")
+}
+
+// nsBench is a probed Host at the namespaces level (closed with the
+// benchmark; skipped where there is none), a workspace, a workspace-write
+// policy on it and /dev/null.
+func nsBench(b *testing.B) (*Host, string, *Policy, *os.File) {
+	b.Helper()
+	h, err := Probe(os.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.Close() })
+	if !h.Enforces() || !h.Namespaces {
+		b.Skip("no namespaces level here")
+	}
+	ws := b.TempDir()
+	p := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}, {Path: ws, Access: Write}, {Path: "/tmp", Access: Write}}}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { devnull.Close() })
+	return h, ws, p, devnull
 }

@@ -545,8 +545,17 @@ func setupDev(devptsFD int) error {
 // a process with uid 0 and no capability may still write most of them.
 var procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus"}
 
+// setupProc mounts the pid namespace's own /proc. hidepid=2: a process
+// sees in it only the processes it could ptrace, which is its own tree: not
+// the init, whose capabilities the command lacks and which is outside its
+// Landlock domain. The command shares the init's uid, which owns most of
+// /proc/1 (autogroup, coredump filter, ...): a recycled init must keep
+// nothing a command set there for the next one. gid: the group that sees
+// every process, by default 0, the command's own; the spawner's id is no
+// command's group.
 func setupProc() error {
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	opts := fmt.Sprintf("hidepid=2,gid=%d", spawnerUID)
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
 		return err
 	}
 	for _, sub := range procReadOnly {

@@ -354,17 +354,27 @@ func (pp *preparedPool) refill(h *Host, policy *Policy, mode, key string, exited
 					break
 				}
 			}
-			pp.ready = append(pp.ready, t)
-			if n := len(pp.ready) - maxPrepared; n > 0 {
-				evicted = append(evicted, pp.ready[:n]...)
-				pp.ready = append([]*preparedSandbox(nil), pp.ready[n:]...)
-			}
+			evicted = append(evicted, pp.addReady(t)...)
 		}
 		pp.mu.Unlock()
 		for _, e := range evicted {
 			e.discard()
 		}
 	}()
+}
+
+// addReady appends t to the ready sandboxes (pp.mu held) and returns the
+// oldest ones beyond maxPrepared, taken out, for the caller to discard
+// once it let go of the lock.
+func (pp *preparedPool) addReady(t *preparedSandbox) []*preparedSandbox {
+	pp.ready = append(pp.ready, t)
+	n := len(pp.ready) - maxPrepared
+	if n <= 0 {
+		return nil
+	}
+	evicted := append([]*preparedSandbox(nil), pp.ready[:n]...)
+	pp.ready = append([]*preparedSandbox(nil), pp.ready[n:]...)
+	return evicted
 }
 
 // giveBack puts a recycled sandbox, whose command has ended, back among
@@ -380,12 +390,7 @@ func (pp *preparedPool) giveBack(t *preparedSandbox) {
 		return
 	}
 	pp.recycled.Add(1)
-	pp.ready = append(pp.ready, t)
-	var evicted []*preparedSandbox
-	if n := len(pp.ready) - maxPrepared; n > 0 {
-		evicted = append(evicted, pp.ready[:n]...)
-		pp.ready = append([]*preparedSandbox(nil), pp.ready[n:]...)
-	}
+	evicted := pp.addReady(t)
 	pp.mu.Unlock()
 	for _, e := range evicted {
 		e.discard()

@@ -243,3 +243,30 @@ func TestRecycledNotWithRlimits(t *testing.T) {
 		t.Fatalf("next start: init %d (the limited one's %d), exit %d, %q", rb.pid, ra.pid, code, out)
 	}
 }
+
+// TestProcHidesInit: the namespace's /proc shows a command its own tree
+// only (hidepid=2, and a gid no command has): its init, whose uid it
+// shares, cannot be looked up there, so none of the init's /proc files a
+// uid may write (autogroup, coredump_filter, ...) reaches it; its own
+// processes are listed as always.
+func TestProcHidesInit(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	r := startRecycled(t, h, shPlan(p, `
+sleep 1000 & bg=$!
+[ -e /proc/1 ] && echo "init visible"
+echo 5 > /proc/1/autogroup 2>/dev/null && echo "init writable"
+[ -r /proc/$bg/stat ] && echo "own child visible"
+[ -r /proc/self/status ] && echo "self visible"
+kill $bg
+`), ws)
+	out, code, _ := r.wait(t)
+	if code != 0 {
+		t.Fatalf("exit %d: %q", code, out)
+	}
+	if strings.Contains(out, "init visible") || strings.Contains(out, "init writable") {
+		t.Errorf("the command reaches its init through /proc:\n%s", out)
+	}
+	if !strings.Contains(out, "own child visible") || !strings.Contains(out, "self visible") {
+		t.Errorf("the command lost sight of its own processes:\n%s", out)
+	}
+}
