@@ -303,6 +303,56 @@ print("connected", c)
 	}
 }
 
+// TestRecycleAttackInitDescriptors: each start hands the init its
+// command's stdio (and a PTY start its devpts): a recycled init that kept
+// any of them would hold an earlier command's pipe or terminal open (its
+// reader never sees EOF) and grow with every start. After many starts,
+// pipes and PTYs alternating, the init holds what it held after the
+// first.
+func TestRecycleAttackInitDescriptors(t *testing.T) {
+	h, p, ws := recycledHost(t)
+	count := func(pid int) int {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	run := func(i int) int {
+		if i%2 == 1 {
+			m, r := ptyRecycled(t, h, shPlan(p, `echo up`), ws)
+			readUntil(t, m, "up\n")
+			if status, ok := r.report.Wait(); !ok || status != 0 || !r.report.Recycled() {
+				t.Fatalf("PTY start %d: status %d ok %v recycled %v", i, status, ok, r.report.Recycled())
+			}
+			_ = r.proc.Release()
+			m.Close()
+			return r.pid
+		}
+		r := startRecycled(t, h, shPlan(p, `echo up`), ws)
+		if out, code, _ := r.wait(t); code != 0 || out != "up\n" {
+			t.Fatalf("start %d: exit %d, %q", i, code, out)
+		}
+		return r.pid
+	}
+	init := run(0)
+	first := count(init)
+	for i := 1; i <= 20; i++ {
+		if pid := run(i); pid != init {
+			t.Fatalf("start %d ran in init %d, the first in %d: not recycled", i, pid, init)
+		}
+	}
+	if n := count(init); n != first {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", init))
+		var held []string
+		for _, e := range ents {
+			l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", init, e.Name()))
+			held = append(held, e.Name()+"->"+l)
+		}
+		t.Errorf("the init holds %d descriptors after 21 starts, %d after the first: %v", n, first, held)
+	}
+}
+
 // TestRecycleAttackEnvAndCwd: a recycled init takes each start's
 // command, environment and working directory afresh: the next command has
 // none of the first's environment and runs where its own start says.
