@@ -258,7 +258,12 @@ func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) (cm
 	if err != nil {
 		return 0, false, false, stage, err
 	}
-	return proc.Pid, flags&goLast != 0, start.DevPts, "", nil
+	// os.Process holds a pidfd until Wait or Release (the init reaps by
+	// wait4, and supervise opens its own): released now, else one stays
+	// open per start (the helper runs with GOGC off: no finalizer).
+	pid := proc.Pid
+	_ = proc.Release()
+	return pid, flags&goLast != 0, start.DevPts, "", nil
 }
 
 // supervise is the init while the command (cmd) of epoch runs: it relays
