@@ -256,7 +256,12 @@ func start(spec Spec, iso Isolation) (_ *osSession, op string, err error) {
 	var serr error
 	if plan, ok := helperPlan(spec, path, argv, s.group); ok {
 		plan.DevPts = devpts
-		plan.Recycle = true // the session waits for and signals its command through the report
+		// The session waits for and signals its command through the
+		// report, so its init may serve the next start; not under the
+		// subreaper's containment, whose tree is the init and its
+		// descendants: this session's kill and Release would reach the
+		// next session's command on the init.
+		plan.Recycle = iso.Contain == nil || iso.Contain.Mode() != contain.ModeSubreaper
 		proc, s.report, serr = sandbox.StartReported(iso.Host, plan, attr)
 	} else {
 		sandbox.SealDescriptors() // only its stdio reaches the child

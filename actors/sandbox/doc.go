@@ -76,8 +76,10 @@
 //
 // A prepared sandbox runs one command at a time, never one on a stale
 // view, and a recycled one leaves nothing of a command to the next (its
-// namespace emptied of processes, /dev/shm emptied, a new IPC namespace;
-// signals for an ended command dropped): a start whose plan key differs
+// namespace emptied of processes, /dev/shm emptied, a new IPC namespace,
+// what the command could change of the init or its file systems put back,
+// the pid counter too; signals for an ended command dropped): a start
+// whose plan key differs
 // (a file replaced, a mount made since) starts its own helper; a clean-up
 // that fails ends the init; host sockets bound since are covered
 // by the start before its fork; one found dead before

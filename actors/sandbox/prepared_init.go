@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -40,6 +41,14 @@ func preparedMain(p *wirePlan) helperStatus {
 	if err != nil {
 		return failStatus(stage, err)
 	}
+	made, err := recordMade()
+	if err != nil {
+		return failStatus("mounts", err)
+	}
+	if made.limits, err = recordRlimits(); err != nil {
+		return failStatus("rlimit", err)
+	}
+	made.ownNet = p.NS.NetNS && !p.NS.GivenNetNS
 	<-notified
 	if _, err := unix.Write(statusFD, []byte(preparedReady)); err != nil {
 		os.Exit(0)
@@ -52,12 +61,22 @@ func preparedMain(p *wirePlan) helperStatus {
 		// The signals the init catches go to the command of the start it
 		// serves; between starts, nowhere.
 		for sig := range sigs {
+			// Under forwardMu: a command's pid is reused by the next (the
+			// pid counter is set back), and supervise clears current
+			// under it: no signal for one command reaches the next.
+			forwardMu.Lock()
 			if cmd := current.Load(); cmd != 0 {
 				forwardSignal(int(cmd), sig)
 			}
+			forwardMu.Unlock()
 		}
 	}()
 	sp := newSpawner(p, fr)
+	sp.made = made
+	// The pid counter as the first command finds it: every command finds
+	// it so (scrub), or it would count the forks of those before it. Nil
+	// if unavailable: the init then serves one start.
+	sp.lastPid, sp.firstPid = openLastPid()
 	// Whether the init may lower its oom_score_adj (a daemon without
 	// CAP_SYS_RESOURCE may not): tried once, and put back for the command.
 	if os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0) == nil {
@@ -65,6 +84,9 @@ func preparedMain(p *wirePlan) helperStatus {
 		if !sp.oom {
 			return failStatus("oom_score_adj", errors.New("cannot put the init's oom_score_adj back to 0"))
 		}
+	}
+	if b, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil {
+		sp.made.oomScoreAdj = strings.TrimSpace(string(b))
 	}
 	for epoch := uint32(1); ; {
 		sp.serve(thread, ps, epoch)
@@ -95,8 +117,12 @@ func preparedLayers(p *wirePlan) (layers, error) {
 }
 
 // current is the command a prepared sandbox's init serves (0: none): the
-// signals the init catches go there.
-var current atomic.Int64
+// signals the init catches go there. forwardMu is held while one is
+// forwarded and while current is cleared.
+var (
+	current   atomic.Int64
+	forwardMu sync.Mutex
+)
 
 // spawner runs the starts of a prepared sandbox on its spawning thread,
 // one after the other: the thread itself takes each start in, forks the
@@ -115,6 +141,12 @@ type spawner struct {
 	// oom: the init may lower its oom_score_adj (CAP_SYS_RESOURCE): it
 	// does while each command runs. Set before the first start.
 	oom bool
+	// made is what scrub puts back; lastPid the pid namespace's
+	// ns_last_pid (nil: unavailable, no start is recycled), set back to
+	// firstPid after each command. Set before the first start.
+	made     madeAttrs
+	lastPid  *os.File
+	firstPid []byte
 }
 
 // spawned is how a spawning thread ended: a start that failed (err), or a
@@ -175,7 +207,7 @@ func (s *spawner) run(epoch uint32, ps *pins, cred *syscall.Credential, filtered
 		}
 		// Recycled: back to what a fresh preparation would be, while the
 		// daemon reads the report and ends the epoch's signals.
-		if err := s.onMain(func() error { return scrub(devpts, s.oom) }); err != nil {
+		if err := s.onMain(func() error { return scrub(devpts, s.made, s.lastPid, s.firstPid) }); err != nil {
 			os.Exit(0)
 		}
 		if !s.fr.awaitEnd(epoch) {
@@ -226,7 +258,12 @@ func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) (cm
 	if err != nil {
 		return 0, false, false, stage, err
 	}
-	return proc.Pid, flags&goLast != 0, start.DevPts, "", nil
+	// os.Process holds a pidfd until Wait or Release (the init reaps by
+	// wait4, and supervise opens its own): released now, else one stays
+	// open per start (the helper runs with GOGC off: no finalizer).
+	pid := proc.Pid
+	_ = proc.Release()
+	return pid, flags&goLast != 0, start.DevPts, "", nil
 }
 
 // supervise is the init while the command (cmd) of epoch runs: it relays
@@ -244,7 +281,9 @@ func (s *spawner) supervise(cmd int, epoch uint32) (code int, reported bool) {
 	}
 	current.Store(int64(cmd))
 	c, sig := s.relayAndReap(cmd, epoch)
+	forwardMu.Lock()
 	current.Store(0)
+	forwardMu.Unlock()
 	endTree()
 	line := fmt.Sprintf("%s%d\n", preparedExit, c)
 	code = c
@@ -356,72 +395,6 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 		return "cwd", err
 	}
 	return "", nil
-}
-
-// scrub makes a recycled sandbox what a fresh preparation would be (its
-// command and all it left are dead and reaped by then: endTree): /dev/shm
-// empty and as it was made, the sandbox's own devpts instance back at
-// /dev/pts (devpts: the start attached its PTY's over it), the init's
-// oom_score_adj as before its first start. The spawning thread makes a new
-// IPC namespace for the next command (spawner.serve). A start that set
-// rlimits (process-wide, and the init may not raise them again) is never
-// recycled.
-func scrub(devpts, oom bool) error {
-	if devpts {
-		// The start's devpts, whose PTY the daemon may still hold: no
-		// later command may reach it.
-		if err := unix.Unmount("/dev/pts", unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("/dev/pts: %w", err)
-		}
-	}
-	if err := emptyDir("/dev/shm"); err != nil {
-		return err
-	}
-	// A command with uid 0 owns these directories (no capability needed
-	// to change their mode or owner): as made.
-	if err := unix.Chmod("/dev/shm", 0o1777); err != nil {
-		return err
-	}
-	if err := unix.Chmod("/dev/pts", 0o755); err != nil {
-		return err
-	}
-	for _, d := range []string{"/dev/shm", "/dev/pts"} {
-		if err := unix.Lchown(d, 0, 0); err != nil {
-			return err
-		}
-	}
-	if !oom {
-		return nil
-	}
-	return os.WriteFile("/proc/self/oom_score_adj", []byte("0"), 0)
-}
-
-// emptyDir removes everything in dir (and the extended attributes of dir
-// itself).
-func emptyDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	names, err := f.Readdirnames(-1)
-	f.Close()
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		if err := os.RemoveAll(dir + "/" + n); err != nil {
-			return err
-		}
-	}
-	buf := make([]byte, 4096)
-	if n, err := unix.Listxattr(dir, buf); err == nil && n > 0 {
-		for _, a := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
-			if err := unix.Removexattr(dir, a); err != nil {
-				return fmt.Errorf("%s: remove xattr %s: %w", dir, a, err)
-			}
-		}
-	}
-	return nil
 }
 
 // frames reads what the daemon writes on the socket (see frameStart):
