@@ -155,26 +155,29 @@ func reapCommand(cmd int) (code, sig int) {
 	}
 }
 
-// endTreeBound bounds endTree's wait for what it killed (a process in an
-// uninterruptible sleep dies when it wakes; the namespace's end, at the
-// init's exit, waits for it anyway).
-const endTreeBound = 100 * time.Millisecond
+// endTreeBound bounds endTree's wait for what it killed: a killed process
+// needs the CPU to exit, which a loaded host gives it late; one in an
+// uninterruptible sleep dies when it wakes (the namespace's end, at the
+// init's exit, waits for it anyway; a recycled init whose namespace is not
+// empty by then serves no other start).
+const endTreeBound = time.Second
 
 // endTree kills and reaps what the command left in the namespace before
 // the init reports the command's exit: when the daemon reports it, none
 // of the tree runs (the init's own exit, which ends the namespace, its
 // mounts and /dev/shm, follows). kill(-1) from a namespace's init reaches
 // every other process in it; with nothing left, it fails at once.
-func endTree() {
+// It reports whether the namespace holds the init alone.
+func endTree() bool {
 	// All that is left of the namespace is the init's children (orphans
 	// are the init's) and their descendants: none, most of the time, and
 	// kill(-1) walks every process of the host to find out.
 	var ws unix.WaitStatus
 	if _, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil); err == unix.ECHILD {
-		return
+		return true
 	}
 	if err := unix.Kill(-1, unix.SIGKILL); err == unix.ESRCH {
-		return
+		return true
 	}
 	deadline := time.Now().Add(endTreeBound)
 	for time.Now().Before(deadline) {
@@ -183,11 +186,12 @@ func endTree() {
 		switch {
 		case err == unix.EINTR:
 		case err != nil: // ECHILD: all reaped
-			return
+			return true
 		case pid == 0:
 			time.Sleep(100 * time.Microsecond)
 		}
 	}
+	return false
 }
 
 // forwarded are the signals the init passes on to the command's process

@@ -201,8 +201,8 @@ func (s *spawner) run(epoch uint32, ps *pins, cred *syscall.Credential, filtered
 			return spawned{stage: stage, err: err}
 		}
 		ps.close() // the thread is confined: the pins have served
-		code, reported := s.supervise(cmd, epoch)
-		if last || !reported {
+		code, reusable := s.supervise(cmd, epoch)
+		if last || !reusable {
 			os.Exit(code)
 		}
 		// Recycled: back to what a fresh preparation would be, while the
@@ -271,7 +271,8 @@ func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) (cm
 // processes leave until the command has exited, then kills and reaps
 // what the command left (endTree) and reports the exit. It returns the
 // command's status as the init would exit with it and whether the report
-// was written.
+// was written and the namespace emptied (the sandbox may serve another
+// start).
 func (s *spawner) supervise(cmd int, epoch uint32) (code int, reported bool) {
 	// The init is never the OOM killer's pick in the tree's cgroup (set
 	// after the fork: the command inherits nothing of it; scrub takes it
@@ -284,7 +285,7 @@ func (s *spawner) supervise(cmd int, epoch uint32) (code int, reported bool) {
 	forwardMu.Lock()
 	current.Store(0)
 	forwardMu.Unlock()
-	endTree()
+	emptied := endTree()
 	line := fmt.Sprintf("%s%d\n", preparedExit, c)
 	code = c
 	if sig != 0 {
@@ -292,7 +293,9 @@ func (s *spawner) supervise(cmd int, epoch uint32) (code int, reported bool) {
 		code = 128 + sig
 	}
 	_, err := unix.Write(statusFD, []byte(line))
-	return code, err == nil
+	// A namespace still holding some of the tree after endTree's bound
+	// (a process that does not die) serves no other start.
+	return code, err == nil && emptied
 }
 
 // orphanReap bounds how long a process of the namespace that exited after
