@@ -541,10 +541,6 @@ func setupDev(devptsFD int) error {
 	return unix.Mount("", "/dev", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
 }
 
-// procReadOnly are the parts of /proc kept read-only (as bubblewrap does):
-// a process with uid 0 and no capability may still write most of them.
-var procReadOnly = []string{"sys", "sysrq-trigger", "irq", "bus"}
-
 // setupProc mounts the pid namespace's own /proc. hidepid=2: a process
 // sees in it only the processes it could ptrace, which is its own tree: not
 // the init, whose capabilities the command lacks and which is outside its
@@ -558,11 +554,25 @@ func setupProc() error {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
 		return err
 	}
-	for _, sub := range procReadOnly {
-		p := "/proc/" + sub
-		if _, err := os.Lstat(p); err != nil {
-			continue
+	// Every entry but the processes' own read-only. A process with uid 0
+	// and no capability may still write most of the kernel's entries
+	// (bubblewrap keeps sys, sysrq-trigger, irq and bus read-only), and it
+	// owns them all: a chmod of one (/proc/meminfo, /proc/slabinfo) sets
+	// the mode the kernel keeps for the entry itself, which every procfs
+	// mounted later has (other sandboxes, containers, the host's once its
+	// inode is evicted). On a read-only mount chmod fails (EROFS). The
+	// processes' own entries refuse a mode change themselves, and stay
+	// writable (/proc/self/comm, oom_score_adj).
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if e.Type()&os.ModeSymlink != 0 || name[0] >= '0' && name[0] <= '9' {
+			continue // self, thread-self, mounts, net: into a process's own
 		}
+		p := "/proc/" + name
 		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind %s: %w", p, err)
 		}

@@ -624,9 +624,9 @@ func TestRecycleAttackLateSignals(t *testing.T) {
 // too once its inode leaves the cache. A command can lock later commands
 // out of /proc/meminfo (chmod 0) or open a root-only entry (slabinfo,
 // pagetypeinfo) to every user. The test changes /proc/buddyinfo and puts
-// it back (the host's chmod sets the kernel's mode again).
+// it back (the host's chmod sets the kernel's mode again). Refused: the
+// sandbox's /proc has every entry but the processes' own read-only.
 func TestSandboxAttackProcEntryMode(t *testing.T) {
-	t.Skip("BUG: a sandboxed command's chmod on a global /proc entry outlives it in every later procfs (see the comment); not local to recycling: the sandbox's /proc must not let uid 0 change entries' modes (read-only /proc with writable per-process files, or a uid that does not own them)")
 	h, p, ws := recycledHost(t)
 	const entry = "/proc/buddyinfo"
 	st, err := os.Stat(entry)
@@ -637,8 +637,12 @@ func TestSandboxAttackProcEntryMode(t *testing.T) {
 	t.Cleanup(func() { _ = os.Chmod(entry, mode) })
 	ra := startRecycled(t, h, shPlan(p, `chmod 0 `+entry+`; echo "chmod $?"`), ws)
 	outA, code, _ := ra.wait(t)
-	if code != 0 || !strings.Contains(outA, "chmod 0") {
-		t.Skipf("the command could not chmod %s: exit %d, %q", entry, code, outA)
+	if code != 0 || !strings.Contains(outA, "chmod ") {
+		t.Fatalf("exit %d, %q", code, outA)
+	}
+	// Refused: the entries are on a read-only mount (EROFS).
+	if !strings.Contains(outA, "Read-only file system") || strings.Contains(outA, "chmod 0") {
+		t.Errorf("a sandboxed command's chmod of %s was not refused as read-only: %q", entry, outA)
 	}
 	// Another sandbox, with a procfs of its own: a different policy.
 	p2 := &Policy{RestrictFS: true, Rules: []Rule{{Path: "/", Access: Read}}}
