@@ -28,16 +28,16 @@ func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal) helperStatus 
 		return failStatus(stage, err)
 	}
 	type spawned struct {
-		proc  *os.Process
+		pid   int
 		stage string
 		err   error
 	}
 	out := make(chan spawned, 1)
 	thread.jobs <- func(cred *syscall.Credential, filtered bool) {
-		proc, stage, err := spawnCommand(p, cred, filtered)
-		out <- spawned{proc, stage, err}
+		pid, stage, err := spawnCommand(p, cred, filtered)
+		out <- spawned{pid, stage, err}
 		if err == nil {
-			reapLoop(proc.Pid) // does not return
+			reapLoop(pid) // does not return
 		}
 	}
 	r := <-out
@@ -63,7 +63,7 @@ func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal) helperStatus 
 	// memory limit bounds it without a collection now, which would
 	// compete with the command for the CPU as it starts.
 	debug.SetMemoryLimit(64 << 20)
-	forwardSignals(r.proc.Pid, sigs)
+	forwardSignals(r.pid, sigs)
 	return helperStatus{}
 }
 
@@ -71,10 +71,13 @@ func runInit(p *wirePlan, l layers, ps *pins, sigs chan os.Signal) helperStatus 
 // confineAtStart is done, and tells the daemon it runs: preparedStarted
 // on the status descriptor (the pipe, or a prepared sandbox's socket: EOF
 // alone could be a helper that died before the start), which stays open
-// for the report of the command's exit.
-func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Process, string, error) {
+// for the report of the command's exit. It returns the command's pid. The
+// fork is syscall.ForkExec's on the raw descriptors: no *os.File around
+// the received stdio, no pidfd or finalizer of an os.Process (the init
+// reaps by pid, and runs with the collector off).
+func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (int, string, error) {
 	if stage, err := confineAtStart(p, filtered); err != nil {
-		return nil, stage, err
+		return 0, stage, err
 	}
 	sys := &syscall.SysProcAttr{Setsid: true, Setctty: p.NS.Ctty, Ctty: 0, Credential: cred}
 	if p.NS.CgroupFD > 0 {
@@ -82,38 +85,35 @@ func spawnCommand(p *wirePlan, cred *syscall.Credential, filtered bool) (*os.Pro
 		// there, by the child before it takes the daemon's uid back.
 		sys.UseCgroupFD, sys.CgroupFD, sys.Unshareflags = true, p.NS.CgroupFD, unix.CLONE_NEWCGROUP
 	}
-	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	stdio := []uintptr{0, 1, 2}
 	if p.Prepare {
 		for i, fd := range p.NS.Stdio {
-			stdio[i] = os.NewFile(uintptr(fd), "stdio")
+			stdio[i] = uintptr(fd)
 		}
-	}
-	if p.Prepare {
 		// The sandbox was prepared at a lower priority: the command runs
 		// at the start's, the daemon's (this thread's nice is what the
 		// fork copies).
 		if err := unix.Setpriority(unix.PRIO_PROCESS, 0, p.NS.Nice); err != nil {
-			return nil, "credentials", fmt.Errorf("setpriority(%d): %w", p.NS.Nice, err)
+			return 0, "credentials", fmt.Errorf("setpriority(%d): %w", p.NS.Nice, err)
 		}
 	}
-	proc, err := os.StartProcess(p.Path, p.Argv, &os.ProcAttr{Env: p.Env, Files: stdio, Sys: sys})
+	pid, err := syscall.ForkExec(p.Path, p.Argv, &syscall.ProcAttr{Env: p.Env, Files: stdio, Sys: sys})
 	if p.Prepare {
-		for _, f := range stdio {
-			f.Close()
+		for _, fd := range p.NS.Stdio {
+			unix.Close(fd)
 		}
 	}
 	if p.NS.CgroupFD > 0 {
 		unix.Close(p.NS.CgroupFD)
 	}
 	if err != nil {
-		return nil, "exec", err
+		return 0, "exec", &os.PathError{Op: "fork/exec", Path: p.Path, Err: err}
 	}
 	// The init says so (its daemon cannot tell EOF from a helper that died
 	// before the start) and keeps the descriptor for the report of the
 	// command's exit.
 	_, _ = unix.Write(statusFD, []byte(preparedStarted))
-
-	return proc, "", nil
+	return pid, "", nil
 }
 
 // reapLoop reaps the command (reapCommand), kills and reaps what it left

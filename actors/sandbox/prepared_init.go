@@ -254,15 +254,13 @@ func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) (cm
 			return 0, false, false, "mounts", err
 		}
 	}
-	proc, stage, err := spawnCommand(s.p, cred, filtered)
+	// spawnCommand holds no pidfd of the command (an os.Process would, one
+	// per start, the helper running with GOGC off: no finalizer closes it);
+	// supervise opens its own.
+	pid, stage, err := spawnCommand(s.p, cred, filtered)
 	if err != nil {
 		return 0, false, false, stage, err
 	}
-	// os.Process holds a pidfd until Wait or Release (the init reaps by
-	// wait4, and supervise opens its own): released now, else one stays
-	// open per start (the helper runs with GOGC off: no finalizer).
-	pid := proc.Pid
-	_ = proc.Release()
 	return pid, flags&goLast != 0, start.DevPts, "", nil
 }
 
