@@ -437,28 +437,49 @@ func (f *frames) read(b []byte) error {
 	return nil
 }
 
+// frame is a frame's type, and for frameSignal and frameEnd their fields
+// (read whole); any other frame's fields are its reader's.
+type frame struct {
+	t     byte
+	epoch uint32
+	sig   syscall.Signal
+}
+
+// readFrame reads the next frame's type, and a signal's or an end's fields.
+func (f *frames) readFrame() (frame, error) {
+	var t [1]byte
+	if err := f.read(t[:]); err != nil {
+		return frame{}, err
+	}
+	fr := frame{t: t[0]}
+	switch fr.t {
+	case frameSignal:
+		var rest [5]byte
+		if err := f.read(rest[:]); err != nil {
+			return fr, err
+		}
+		fr.epoch, fr.sig = binary.BigEndian.Uint32(rest[:4]), syscall.Signal(rest[4])
+	case frameEnd:
+		var rest [4]byte
+		if err := f.read(rest[:]); err != nil {
+			return fr, err
+		}
+		fr.epoch = binary.BigEndian.Uint32(rest[:])
+	}
+	return fr, nil
+}
+
 // next reads the next frame's type, skipping the signals and ends of
 // earlier starts (a caller may signal its command after its end: those
 // frames come before, or between, the next start's).
 func (f *frames) next() (byte, error) {
 	for {
-		var t [1]byte
-		if err := f.read(t[:]); err != nil {
+		fr, err := f.readFrame()
+		if err != nil {
 			return 0, err
 		}
-		switch t[0] {
-		case frameSignal:
-			var rest [5]byte
-			if err := f.read(rest[:]); err != nil {
-				return 0, err
-			}
-		case frameEnd:
-			var rest [4]byte
-			if err := f.read(rest[:]); err != nil {
-				return 0, err
-			}
-		default:
-			return t[0], nil
+		if fr.t != frameSignal && fr.t != frameEnd {
+			return fr.t, nil
 		}
 	}
 }
@@ -527,31 +548,22 @@ func (f *frames) readGo() ([]mountOp, byte, bool) {
 // init); frames of earlier epochs are dropped. False if the socket closed
 // or the frame is out of protocol.
 func (f *frames) relayOne(epoch uint32, cmd int) bool {
-	var t [1]byte
-	if f.read(t[:]) != nil {
+	fr, err := f.readFrame()
+	switch {
+	case err != nil:
 		return false
-	}
-	switch t[0] {
-	case frameSignal:
-		var rest [5]byte
-		if f.read(rest[:]) != nil {
-			return false
-		}
-		if binary.BigEndian.Uint32(rest[:4]) != epoch {
-			return true
-		}
-		sig := syscall.Signal(rest[4])
-		if sig == unix.SIGKILL {
-			_ = unix.Kill(-1, unix.SIGKILL)
-			return true
-		}
-		forwardSignal(cmd, sig)
+	case fr.t == frameEnd: // an earlier epoch's: this one's comes after the report
 		return true
-	case frameEnd:
-		var rest [4]byte
-		return f.read(rest[:]) == nil // an earlier epoch's: this one's comes after the report
+	case fr.t != frameSignal:
+		return false
+	case fr.epoch != epoch:
+		return true
+	case fr.sig == unix.SIGKILL:
+		_ = unix.Kill(-1, unix.SIGKILL)
+		return true
 	}
-	return false
+	forwardSignal(cmd, fr.sig)
+	return true
 }
 
 // awaitEnd reads until the daemon ends epoch's signals (frameEnd), dropping
@@ -559,25 +571,13 @@ func (f *frames) relayOne(epoch uint32, cmd int) bool {
 // socket closed or a frame is out of protocol.
 func (f *frames) awaitEnd(epoch uint32) bool {
 	for {
-		var t [1]byte
-		if f.read(t[:]) != nil {
+		fr, err := f.readFrame()
+		switch {
+		case err != nil:
 			return false
-		}
-		switch t[0] {
-		case frameSignal:
-			var rest [5]byte
-			if f.read(rest[:]) != nil {
-				return false
-			}
-		case frameEnd:
-			var rest [4]byte
-			if f.read(rest[:]) != nil {
-				return false
-			}
-			if binary.BigEndian.Uint32(rest[:]) == epoch {
-				return true
-			}
-		default:
+		case fr.t == frameEnd && fr.epoch == epoch:
+			return true
+		case fr.t != frameSignal && fr.t != frameEnd:
 			return false
 		}
 	}
