@@ -305,7 +305,7 @@ func (h *Host) Check(p *Policy) error {
 		return &UnavailableError{What: "network restriction", Missing: "seccomp filters",
 			Check: "a kernel built with CONFIG_SECCOMP_FILTER; `grep Seccomp /proc/self/status`"}
 	}
-	l, err := p.plan()
+	l, err := p.planDevices(!h.namespaces())
 	if err != nil {
 		return err
 	}
@@ -330,7 +330,7 @@ func (h *Host) checked(policy *Policy) (layers, error) {
 	if err := h.Check(&Policy{Network: policy.Network}); err != nil {
 		return layers{}, err
 	}
-	l, err := policy.plan()
+	l, err := policy.planDevices(!h.namespaces())
 	if err != nil {
 		return layers{}, err
 	}

@@ -117,9 +117,15 @@ type layers struct {
 // terminal programs open /dev/tty. They hold no user data.
 var DevPaths = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts", "/dev/random", "/dev/urandom"}
 
-// plan turns the policy into layers. Paths must exist (the caller drops
-// or refuses missing ones); stat tells files from directories.
-func (p *Policy) plan() (layers, error) {
+// plan turns the policy into layers, with the host's DevPaths granted.
+func (p *Policy) plan() (layers, error) { return p.planDevices(true) }
+
+// planDevices is plan; without devices, the host's DevPaths are left out
+// (at the namespaces level the sandbox has a /dev of its own, and nsGrants
+// drops them anyway: they are not stat'ed for nothing). Paths must exist
+// (the caller drops or refuses missing ones); stat tells files from
+// directories.
+func (p *Policy) planDevices(devices bool) (layers, error) {
 	var l layers
 	if !p.RestrictFS {
 		return l, nil
@@ -186,6 +192,9 @@ func (p *Policy) plan() (layers, error) {
 		}
 	}
 	for _, d := range DevPaths {
+		if !devices {
+			break
+		}
 		if st, err := os.Stat(d); err == nil {
 			l.Grants = append(l.Grants, grant{Path: d, Write: true, Dir: st.IsDir(), ID: idOf(st)})
 		}
