@@ -166,24 +166,42 @@ func TestNamespaceInitSignalsAndStatus(t *testing.T) {
 func TestNamespacePTY(t *testing.T) {
 	h := nsHost(t)
 	ws := t.TempDir()
+	got, code := runPTYScene(t, h, codexWorkspaceWrite(ws), ws, 0)
+	if code != 0 || !strings.Contains(got, "/dev/pts/0\n30 100\n0 ptmx \ngo\n40 120\n") {
+		t.Errorf("exit %d, output %q", code, got)
+	}
+}
+
+// runPTYScene runs, on a PTY of 30x100 in a devpts instance of its own, a
+// shell that prints its terminal, its size and /dev/pts, waits for a line,
+// prints its size again (the terminal resized to 40x120 meanwhile) and
+// exits with code. It returns what the terminal showed, without \r, and
+// the exit code.
+func runPTYScene(t *testing.T, h *Host, p *Policy, ws string, code int) (string, int) {
+	t.Helper()
 	master, slave, devpts, ok, err := h.OpenPTY(30, 100)
 	if err != nil || !ok {
 		t.Fatalf("OpenPTY: %v %v", ok, err)
 	}
 	defer master.Close()
-	proc, err := Start(h, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", `tty; stty size; ls /dev/pts | tr '\n' ' '; echo; read x; stty size`}, Policy: codexWorkspaceWrite(ws), DevPts: devpts},
+	script := fmt.Sprintf(`tty; stty size; ls /dev/pts | tr '\n' ' '; echo; read x; stty size; exit %d`, code)
+	proc, err := Start(h, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", script}, Policy: p, DevPts: devpts},
 		&os.ProcAttr{Dir: ws, Files: []*os.File{slave, slave, slave}, Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true}})
 	slave.Close()
 	devpts.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Bounded: the command ends (the deadline covers a wedged one).
+	_ = master.SetReadDeadline(time.Now().Add(10 * time.Second))
 	var out []byte
 	buf := make([]byte, 256)
-	for !strings.Contains(string(out), "ptmx \r\n") { // bounded: the command ends
+	for !strings.Contains(string(out), "ptmx \r\n") {
 		n, err := master.Read(buf)
 		out = append(out, buf[:n]...)
 		if err != nil {
+			_ = proc.Kill()
+			_, _ = proc.Wait()
 			t.Fatalf("before the resize: %q %v", out, err)
 		}
 	}
@@ -199,10 +217,7 @@ func TestNamespacePTY(t *testing.T) {
 		}
 	}
 	st, _ := proc.Wait()
-	got := strings.ReplaceAll(string(out), "\r", "")
-	if st.ExitCode() != 0 || !strings.Contains(got, "/dev/pts/0\n30 100\n0 ptmx \ngo\n40 120\n") {
-		t.Errorf("exit %d, output %q", st.ExitCode(), got)
-	}
+	return strings.ReplaceAll(string(out), "\r", ""), st.ExitCode()
 }
 
 // TestNamespaceCallersNetNS: the managed network's hook. A caller makes

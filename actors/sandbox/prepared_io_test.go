@@ -5,11 +5,8 @@ import (
 	"net"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 func needPython(t *testing.T) {
@@ -29,47 +26,10 @@ func TestPreparedPTY(t *testing.T) {
 	p := codexWorkspaceWrite(ws)
 	t.Run("tty", func(t *testing.T) {
 		used := primePrepared(t, h, Plan{Policy: p}, ws)
-		master, slave, devpts, ok, err := h.OpenPTY(30, 100)
-		if err != nil || !ok {
-			t.Fatalf("OpenPTY: %v %v", ok, err)
-		}
-		defer master.Close()
-		proc, err := Start(h, Plan{Path: "/bin/sh", Argv: []string{"sh", "-c", `tty; stty size; ls /dev/pts | tr '\n' ' '; echo; read x; stty size; exit 5`}, Policy: p, DevPts: devpts},
-			&os.ProcAttr{Dir: ws, Files: []*os.File{slave, slave, slave}, Sys: &syscall.SysProcAttr{Setsid: true, Setctty: true}})
-		slave.Close()
-		devpts.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, code := runPTYScene(t, h, p, ws, 5)
 		wantUsed(t, h, used, 1, "the PTY start")
-		// Bounded: the command ends (the deadline covers a wedged one).
-		_ = master.SetReadDeadline(time.Now().Add(10 * time.Second))
-		var out []byte
-		buf := make([]byte, 256)
-		for !strings.Contains(string(out), "ptmx \r\n") {
-			n, err := master.Read(buf)
-			out = append(out, buf[:n]...)
-			if err != nil {
-				_ = proc.Kill()
-				_, _ = proc.Wait()
-				t.Fatalf("before the resize: %q %v", out, err)
-			}
-		}
-		_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 120})
-		if _, err := master.Write([]byte("go\n")); err != nil {
-			t.Fatal(err)
-		}
-		for {
-			n, err := master.Read(buf)
-			out = append(out, buf[:n]...)
-			if err != nil {
-				break
-			}
-		}
-		st, _ := proc.Wait()
-		got := strings.ReplaceAll(string(out), "\r", "")
-		if st.ExitCode() != 5 || !strings.Contains(got, "/dev/pts/0\n30 100\n0 ptmx \ngo\n40 120\n") {
-			t.Errorf("exit %d, output %q", st.ExitCode(), got)
+		if code != 5 || !strings.Contains(got, "/dev/pts/0\n30 100\n0 ptmx \ngo\n40 120\n") {
+			t.Errorf("exit %d, output %q", code, got)
 		}
 	})
 	t.Run("job-control", func(t *testing.T) {
