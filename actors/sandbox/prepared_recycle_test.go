@@ -47,6 +47,20 @@ func startRecycled(t *testing.T, h *Host, plan Plan, dir string) *recycledRun {
 	return r
 }
 
+// startReady is startRecycled of a command that prints "ready" once it
+// may be signalled: it waits for that line, and the start must be recycled.
+func startReady(t *testing.T, h *Host, plan Plan, dir string) *recycledRun {
+	t.Helper()
+	r := startRecycled(t, h, plan, dir)
+	if l := r.line(t); l != "ready" {
+		t.Fatalf("command: %q, want ready", l)
+	}
+	if !r.report.Recycled() {
+		t.Fatal("not a recycled start")
+	}
+	return r
+}
+
 // line reads the command's next line of output.
 func (r *recycledRun) line(t *testing.T) string {
 	t.Helper()
@@ -148,13 +162,7 @@ for d in /proc/[0-9]*; do [ "${d#/proc/}" = "$$" ] || echo "proc ${d#/proc/} $(c
 // serves the next start, is dropped, not delivered to the next command.
 func TestRecycledSignalsStayWithTheirStart(t *testing.T) {
 	h, p, ws := recycledHost(t)
-	ra := startRecycled(t, h, shPlan(p, `echo ready; exec sleep 1000`), ws)
-	if l := ra.line(t); l != "ready" {
-		t.Fatalf("first command: %q", l)
-	}
-	if !ra.report.Recycled() {
-		t.Fatal("not a recycled start")
-	}
+	ra := startReady(t, h, shPlan(p, `echo ready; exec sleep 1000`), ws)
 	if err := ra.report.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -163,12 +171,9 @@ func TestRecycledSignalsStayWithTheirStart(t *testing.T) {
 		t.Fatalf("first command ended with status %d, signal %d; want SIGTERM", status, sig)
 	}
 
-	rb := startRecycled(t, h, shPlan(p, `trap 'echo usr1; kill $! 2>/dev/null; exit 0' USR1; sleep 1000 & echo ready; wait`), ws)
+	rb := startReady(t, h, shPlan(p, `trap 'echo usr1; kill $! 2>/dev/null; exit 0' USR1; sleep 1000 & echo ready; wait`), ws)
 	if rb.pid != ra.pid {
 		t.Fatalf("second command ran in init %d, the first in %d: not recycled", rb.pid, ra.pid)
-	}
-	if l := rb.line(t); l != "ready" {
-		t.Fatalf("second command: %q", l)
 	}
 	// Late: the first start's kill, then the second's own signal. Frames
 	// are taken in order: had the late kill reached the second command,
@@ -191,13 +196,7 @@ func TestRecycledSignalsStayWithTheirStart(t *testing.T) {
 // no other start.
 func TestRecycledAbandon(t *testing.T) {
 	h, p, ws := recycledHost(t)
-	r := startRecycled(t, h, shPlan(p, `echo ready; exec sleep 1000`), ws)
-	if l := r.line(t); l != "ready" {
-		t.Fatalf("command: %q", l)
-	}
-	if !r.report.Recycled() {
-		t.Fatal("not a recycled start")
-	}
+	r := startReady(t, h, shPlan(p, `echo ready; exec sleep 1000`), ws)
 	r.report.Abandon()
 	done := make(chan bool, 1)
 	go func() { _, ok := r.report.Wait(); done <- ok }()

@@ -398,17 +398,9 @@ func TestRecycleAttackInitAutogroup(t *testing.T) {
 	if _, err := os.Stat("/proc/self/autogroup"); err != nil {
 		t.Skip("no autogroups on this kernel")
 	}
-	h, p, ws := recycledHost(t)
-	read := `echo "ag $(sed 's/.* nice //' /proc/1/autogroup)"
-`
-	outA, outB := runTwo(t, h, shPlan(p, read+`i=0; until ! [ -e /proc/1/autogroup ] || echo 13 2>/dev/null > /proc/1/autogroup || [ $i -gt 100000 ]; do i=$((i+1)); done; echo "set $(sed 's/.* nice //' /proc/1/autogroup)"`), shPlan(p, read), ws)
-	if field(t, outA, "set") != "13" {
-		t.Logf("refused at the source: the command could not set its init's autogroup nice: %q", outA)
-		return
-	}
-	if got, want := field(t, outB, "ag"), field(t, outA, "ag"); got != want {
-		t.Errorf("the second command reads its init's autogroup nice %s (the first set 13; it read %s)", got, want)
-	}
+	attackInitProc(t, "ag", `sed 's/.* nice //' /proc/1/autogroup`, `sed 's/.* nice //' /proc/1/autogroup`,
+		`i=0; until ! [ -e /proc/1/autogroup ] || echo 13 2>/dev/null > /proc/1/autogroup || [ $i -gt 100000 ]; do i=$((i+1)); done`,
+		"13", "autogroup nice")
 }
 
 // TestRecycleAttackInitCoredumpFilter: /proc/1/coredump_filter is
@@ -420,17 +412,8 @@ func TestRecycleAttackInitAutogroup(t *testing.T) {
 // at the source (the test passes saying so); scrub's restoration is the
 // second wall, which the test checks wherever the first is missing.
 func TestRecycleAttackInitCoredumpFilter(t *testing.T) {
-	h, p, ws := recycledHost(t)
-	read := `echo "cdf $(cat /proc/self/coredump_filter)"
-`
-	outA, outB := runTwo(t, h, shPlan(p, read+`echo 0x7e > /proc/1/coredump_filter; echo "set $(cat /proc/1/coredump_filter)"`), shPlan(p, read), ws)
-	if field(t, outA, "set") != "0000007e" {
-		t.Logf("refused at the source: the command could not set its init's coredump filter: %q", outA)
-		return
-	}
-	if got, want := field(t, outB, "cdf"), field(t, outA, "cdf"); got != want {
-		t.Errorf("the second command starts with coredump filter %s (the first set 7e; it started with %s)", got, want)
-	}
+	attackInitProc(t, "cdf", `cat /proc/self/coredump_filter`, `cat /proc/1/coredump_filter`,
+		`echo 0x7e > /proc/1/coredump_filter`, "0000007e", "coredump filter")
 }
 
 // TestRecycleAttackInitOomScoreAdj: a command may raise its init's
@@ -443,16 +426,27 @@ func TestRecycleAttackInitCoredumpFilter(t *testing.T) {
 // at the source (the test passes saying so); scrub's restoration is the
 // second wall, which the test checks wherever the first is missing.
 func TestRecycleAttackInitOomScoreAdj(t *testing.T) {
+	attackInitProc(t, "oom", `cat /proc/self/oom_score_adj`, `cat /proc/1/oom_score_adj`,
+		`echo 1000 > /proc/1/oom_score_adj`, "1000", "oom_score_adj")
+}
+
+// attackInitProc runs two commands on one recycled init: the first reads
+// an attribute of its own (own), sets its init's (set), and reads the
+// init's back (init); the second reads its own. If the first could set
+// the init's to want (no hidepid), the second must start with what the
+// first started with, not with what it set.
+func attackInitProc(t *testing.T, key, own, init, set, want, what string) {
+	t.Helper()
 	h, p, ws := recycledHost(t)
-	read := `echo "oom $(cat /proc/self/oom_score_adj)"
+	read := `echo "` + key + ` $(` + own + `)"
 `
-	outA, outB := runTwo(t, h, shPlan(p, read+`echo 1000 > /proc/1/oom_score_adj; echo "set $(cat /proc/1/oom_score_adj)"`), shPlan(p, read), ws)
-	if field(t, outA, "set") != "1000" {
-		t.Logf("refused at the source: the command could not raise its init's oom_score_adj: %q", outA)
+	outA, outB := runTwo(t, h, shPlan(p, read+set+`; echo "set $(`+init+`)"`), shPlan(p, read), ws)
+	if field(t, outA, "set") != want {
+		t.Logf("refused at the source: the command could not set its init's %s: %q", what, outA)
 		return
 	}
-	if got, want := field(t, outB, "oom"), field(t, outA, "oom"); got != want {
-		t.Errorf("the second command starts with oom_score_adj %s (the first set its init's to 1000; it started with %s)", got, want)
+	if got, first := field(t, outB, key), field(t, outA, key); got != first {
+		t.Errorf("the second command starts with %s %s (the first set its init's to %s; it started with %s)", what, got, want, first)
 	}
 }
 
