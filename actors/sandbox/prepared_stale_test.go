@@ -23,6 +23,16 @@ func stageDir(t *testing.T) string {
 	return base
 }
 
+// stagedWS makes a directory ws in a fresh stageDir.
+func stagedWS(t *testing.T) string {
+	t.Helper()
+	ws := filepath.Join(stageDir(t), "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
 // stageDirs makes directories a and b in a fresh stageDir.
 func stageDirs(t *testing.T, a, b string) (string, string) {
 	t.Helper()
@@ -95,10 +105,7 @@ except OSError as e:
 // directory (a sandbox prepared with the old one is not used).
 func TestPreparedStaleWorkspace(t *testing.T) {
 	h := preparedHost(t)
-	ws := filepath.Join(stageDir(t), "ws")
-	if err := os.Mkdir(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	ws := stagedWS(t)
 	p := codexWorkspaceWrite(ws)
 	used := primePrepared(t, h, Plan{Policy: p}, ws)
 	if err := os.RemoveAll(ws); err != nil {
@@ -127,10 +134,7 @@ func TestPreparedStaleWorkspace(t *testing.T) {
 // one did not: it is not used).
 func TestPreparedStaleGitSymlink(t *testing.T) {
 	h := preparedHost(t)
-	ws := filepath.Join(stageDir(t), "ws")
-	if err := os.Mkdir(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	ws := stagedWS(t)
 	target := t.TempDir() // under /tmp: writable by the policy itself
 	p := codexWorkspaceWrite(ws)
 	used := primePrepared(t, h, Plan{Policy: p}, ws)

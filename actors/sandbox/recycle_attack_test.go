@@ -715,20 +715,11 @@ func TestRecycleAttackSignalStorm(t *testing.T) {
 // built for the new plan, and .git stays unwritable.
 func TestRecycleAttackPlanChangedMeanwhile(t *testing.T) {
 	h := preparedHost(t)
-	ws := filepath.Join(stageDir(t), "ws")
-	if err := os.Mkdir(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	ws := stagedWS(t)
 	target := t.TempDir() // under /tmp: writable by the policy itself
 	p := codexWorkspaceWrite(ws)
 	primeOne(t, h, p, ws)
-	ra := startRecycled(t, h, shPlan(p, `echo ready; read x; echo "a $x"`), ws)
-	if l := ra.line(t); l != "ready" {
-		t.Fatalf("first command: %q", l)
-	}
-	if !ra.report.Recycled() {
-		t.Fatal("not a recycled start")
-	}
+	ra := startReady(t, h, shPlan(p, `echo ready; read x; echo "a $x"`), ws)
 	git := filepath.Join(ws, ".git")
 	if err := os.Remove(git); err != nil {
 		t.Fatal(err)

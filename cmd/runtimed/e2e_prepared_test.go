@@ -96,6 +96,18 @@ func (ps preparedServer) waitReady(t *testing.T) preparedStats {
 	return st
 }
 
+// mkProjectSubpaths makes ws's .git, .agents and .codex: where they are
+// missing, a sandboxed start's read-only stubs make them (empty), and the
+// plans of the starts before and after differ.
+func mkProjectSubpaths(t *testing.T, ws string) {
+	t.Helper()
+	for _, d := range []string{".git", ".agents", ".codex"} {
+		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // niceOf is field 19 of /proc/PID/stat (after the command name, which may
 // hold spaces, in parentheses).
 func niceOf(t *testing.T, stat string) string {
@@ -148,11 +160,7 @@ func TestSandboxPreparedOverTheWire(t *testing.T) {
 	// workspace, and every later start's plan includes them; the
 	// sandbox prepared after the first start would be for a plan no
 	// start has again (see the report of this test's commit).
-	for _, d := range []string{".git", ".agents", ".codex"} {
-		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mkProjectSubpaths(t, ws)
 	sb := codexWorkspaceWrite(ws, "restricted")
 	daemonStat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", ps.srv.Pid()))
 	if err != nil {
@@ -322,11 +330,7 @@ func TestSandboxPreparedDaemonNice(t *testing.T) {
 	}
 	ps := startPreparedServer(t, 5)
 	ws := t.TempDir()
-	for _, d := range []string{".git", ".agents", ".codex"} {
-		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mkProjectSubpaths(t, ws)
 	ctx := tctx(t, 2*wait)
 	nice := func(id string) string {
 		req := startReq{StartParams: wiretest.StartParams{ProcessID: id, Argv: []string{"/usr/bin/cut", "-d", " ", "-f19", "/proc/self/stat"},

@@ -3,7 +3,6 @@ package main_test
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,11 +58,7 @@ func TestSandboxRecycledOverTheWire(t *testing.T) {
 	}
 	ctx := tctx(t, 4*wait)
 	ws := t.TempDir()
-	for _, d := range []string{".git", ".agents", ".codex"} {
-		if err := os.Mkdir(filepath.Join(ws, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	mkProjectSubpaths(t, ws)
 	sb := codexWorkspaceWrite(ws, "restricted")
 	marker := fmt.Sprintf("recycle-%d-%d", os.Getpid(), time.Now().UnixNano()%1000000)
 	start := func(c *wiretest.Client, id, script string) {
