@@ -20,7 +20,7 @@ import (
 // start attached its PTY's over it), what a command owns in the
 // sandbox's own file systems as made (made), the init's oom_score_adj as
 // before its first start. The spawning thread makes a new IPC namespace
-// for the next command (spawner.serve). A start that set rlimits
+// for the next command (spawner.run). A start that set rlimits
 // (process-wide, and the init may not raise them again) is never
 // recycled.
 func scrub(devpts bool, made madeAttrs, lastPid *os.File, firstPid []byte) error {
