@@ -98,6 +98,7 @@ func resolve(sb *wire.Sandbox, dir string, env []string, keepMissing bool) (*san
 	}
 	// Two entries that give one path different access conflict.
 	seen, origin := map[string]int{}, []string(nil)
+	var res sandbox.Resolver // the entries' shared ancestors looked at once
 	for i, e := range sb.FS.Entries {
 		field := fmt.Sprintf("sandbox.permissions.file_system.entries[%d]", i)
 		access := map[string]sandbox.Access{"read": sandbox.Read, "write": sandbox.Write, "deny": sandbox.Deny}[e.Access]
@@ -151,7 +152,7 @@ func resolve(sb *wire.Sandbox, dir string, env []string, keepMissing bool) (*san
 			e.SkipMissing = true // a glob that matches nothing hides nothing
 		}
 		for _, raw := range paths {
-			real, err := filepath.EvalSymlinks(raw)
+			real, err := res.EvalSymlinks(raw)
 			if err != nil && keepMissing && errors.Is(err, os.ErrNotExist) && e.Kind != "glob_pattern" {
 				real, err = resolveExistingPrefix(raw)
 			}

@@ -140,13 +140,17 @@ func (p *Policy) planDevices(devices bool) (layers, error) {
 	// duplicates of a path replace earlier ones (the most specific entry
 	// wins; among equals, the last).
 	rules = sortedRules(rules)
+	var res Resolver // the rules' shared ancestors looked at once
 	for i, r := range rules {
-		st, err := os.Stat(r.Path)
-		if err != nil {
-			return l, fmt.Errorf("sandbox path %s: %w", r.Path, err)
-		}
-		if real, err := filepath.EvalSymlinks(r.Path); err == nil && real != r.Path {
-			return l, fmt.Errorf("%w: rule path %s goes through a symbolic link (it is %s): give the resolved path", ErrUnsupported, r.Path, real)
+		st, free, _ := res.freeOf(r.Path)
+		if !free {
+			var err error
+			if st, err = os.Stat(r.Path); err != nil {
+				return l, fmt.Errorf("sandbox path %s: %w", r.Path, err)
+			}
+			if real, err := filepath.EvalSymlinks(r.Path); err == nil && real != r.Path {
+				return l, fmt.Errorf("%w: rule path %s goes through a symbolic link (it is %s): give the resolved path", ErrUnsupported, r.Path, real)
+			}
 		}
 		dir, id := st.IsDir(), idOf(st)
 		// What Landlock grants here through ancestors, and the mount state
