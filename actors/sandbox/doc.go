@@ -21,6 +21,8 @@
 //	err = h.Check(policy)                         // *UnavailableError names what is missing
 //	proc, err := sandbox.Start(h, sandbox.Plan{Path: exe, Argv: argv, Env: env, Policy: policy},
 //		&os.ProcAttr{Dir: dir, Files: stdio, Sys: sys}) // returns once the command was exec'd
+//	var res sandbox.Resolver                      // one per check: the rules' shared directories lstat'ed once
+//	real, err := res.EvalSymlinks(path)           // filepath.EvalSymlinks's answer and error
 //
 // Start enforces a plan that carries only a policy on a spawning thread:
 // a goroutine locks itself to a non-main OS thread, confines that thread
