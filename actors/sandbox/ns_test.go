@@ -230,34 +230,12 @@ func TestNamespaceCallersNetNS(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("python3 not found: the command's connect needs it")
 	}
-	n, err := NewNetNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	var ln net.Listener
-	if err := n.Do(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:0"); return err }); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
+	n, port, got := callersNetNS(t)
 	hostLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer hostLn.Close()
-	got := make(chan string, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- err.Error()
-			return
-		}
-		b := make([]byte, 16)
-		k, _ := c.Read(b)
-		c.Close()
-		got <- string(b[:k])
-	}()
 	if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 		c.Close()
 		t.Fatalf("the host reached the listener inside the caller's namespace")
@@ -265,12 +243,7 @@ func TestNamespaceCallersNetNS(t *testing.T) {
 	ws := t.TempDir()
 	p := codexWorkspaceWrite(ws)
 	p.Network = true
-	script := `import socket,sys
-c=socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.send(b"hello"); c.close()
-try:
-    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2); print("HOST-REACHED")
-except OSError as e:
-    print("host-refused", e)`
+	script := callersNetNSProbe
 	r, w, _ := os.Pipe()
 	defer r.Close()
 	proc, err := Start(h, Plan{Path: "/usr/bin/python3", Argv: []string{"python3", "-c", script, fmt.Sprint(port), fmt.Sprint(hostLn.Addr().(*net.TCPAddr).Port)},
@@ -470,3 +443,44 @@ except OSError as e:
 		t.Errorf("a sandboxed process connected to the rebound socket")
 	}
 }
+
+// callersNetNS is a network namespace of the caller's with a TCP listener
+// on its loopback: the namespace, the listener's port, and a channel that
+// gets what the first connection sends (or why none came).
+func callersNetNS(t *testing.T) (*NetNS, int, <-chan string) {
+	t.Helper()
+	n, err := NewNetNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	var ln net.Listener
+	if err := n.Do(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b := make([]byte, 16)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		k, _ := c.Read(b)
+		c.Close()
+		got <- string(b[:k])
+	}()
+	return n, ln.Addr().(*net.TCPAddr).Port, got
+}
+
+// callersNetNSProbe is a python script that sends "hello" to port
+// argv[1] on 127.0.0.1 (the caller's namespace's listener) and prints
+// whether port argv[2] (the host's loopback listener) could be reached.
+const callersNetNSProbe = `import socket,sys
+c=socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.send(b"hello"); c.close()
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2); print("HOST-REACHED")
+except OSError as e:
+    print("host-refused", e)`

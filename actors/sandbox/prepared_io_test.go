@@ -47,12 +47,12 @@ func TestPreparedPTY(t *testing.T) {
 // restricted, the prepared sandbox's own namespace has only loopback, and
 // the host's loopback listener is out of reach.
 //
-// callers-netns fails at 3f7a9a3 (prep2), in the priming: prepareSandbox
-// sets nsPlan.GivenNetNS before it computes the key, a start's plan never
-// has it, and prepKey does not clear it: a sandbox prepared for a start
-// with a caller's network namespace is never taken (each such start
-// prepares one in vain). Suggested fix: prepKey clears GivenNetNS too (the
-// mode says it).
+// callers-netns failed at 3f7a9a3 (prep2), in the priming: prepareSandbox
+// set nsPlan.GivenNetNS before it computed the key, a start's plan never
+// has it, and prepKey did not clear it: a sandbox prepared for a start
+// with a caller's network namespace was never taken (each such start
+// prepared one in vain). Fixed: prepKey clears GivenNetNS too (the mode
+// says it).
 func TestPreparedNetwork(t *testing.T) {
 	h := preparedHost(t)
 	needPython(t)
@@ -64,40 +64,11 @@ func TestPreparedNetwork(t *testing.T) {
 	hostPort := hostLn.Addr().(*net.TCPAddr).Port
 	ws := t.TempDir()
 	t.Run("callers-netns", func(t *testing.T) {
-		n, err := NewNetNS()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer n.Close()
-		var ln net.Listener
-		if err := n.Do(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:0"); return err }); err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		port := ln.Addr().(*net.TCPAddr).Port
-		got := make(chan string, 1)
-		go func() {
-			c, err := ln.Accept()
-			if err != nil {
-				got <- err.Error()
-				return
-			}
-			b := make([]byte, 16)
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			k, _ := c.Read(b)
-			c.Close()
-			got <- string(b[:k])
-		}()
+		n, port, got := callersNetNS(t)
 		p := codexWorkspaceWrite(ws)
 		p.Network = true
 		used := primePrepared(t, h, Plan{Policy: p, NetNS: n}, ws)
-		script := `import socket,sys
-c=socket.create_connection(("127.0.0.1", int(sys.argv[1]))); c.send(b"hello"); c.close()
-try:
-    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2); print("HOST-REACHED")
-except OSError as e:
-    print("host-refused", e)
-sys.exit(5)`
+		script := callersNetNSProbe + "\nsys.exit(5)"
 		out, code, err := runPlan(h, Plan{Path: "/usr/bin/python3", Argv: []string{"python3", "-c", script, fmt.Sprint(port), fmt.Sprint(hostPort)},
 			Policy: p, NetNS: n}, ws)
 		if err != nil {

@@ -141,14 +141,14 @@ func TestPreparedLifecycle(t *testing.T) {
 	// found dead: a race the test does not steer), before it reads the
 	// start: the start must not fail for it (the command never ran).
 	//
-	// Fails at 6edc830 and 3f7a9a3: take's alive() polls before the SIGKILL has
-	// taken effect, the start is written into the socket's buffer, the
-	// helper dies with it unread and the read gets ECONNRESET:
-	// startOnPrepared returns "the prepared sandbox ended during the
-	// start" and Start fails. Suggested fix: a read error ECONNRESET (on
-	// AF_UNIX the peer closed with the start still unread: readStart
-	// reads it whole before doing anything, so nothing ran) is
-	// errPreparedGone, and Start builds a sandbox of its own.
+	// Failed at 6edc830 and 3f7a9a3: take's alive() polled before the
+	// SIGKILL had taken effect, the start was written into the socket's
+	// buffer, the helper died with it unread and the read got ECONNRESET:
+	// startOnPrepared returned "the prepared sandbox ended during the
+	// start" and Start failed. Fixed: a read error ECONNRESET (on AF_UNIX
+	// the peer closed with the start still unread: the helper reads it
+	// whole before doing anything, so nothing ran) is errPreparedGone, and
+	// Start builds a sandbox of its own.
 	t.Run("killed-during-start", func(t *testing.T) {
 		h := preparedHost(t)
 		ws := t.TempDir()
@@ -219,14 +219,13 @@ func TestPreparedConcurrent(t *testing.T) {
 // stubs they create and never set it back: fresh and prepared sandboxes
 // alike run the command with umask 0000.)
 //
-// Fails at 6edc830, for fresh sandboxes too (not the prepared sandboxes'
-// doing): setupMounts calls unix.Umask(0) and nothing restores it, so a
-// sandboxed command creates files 0666 and directories 0777 where the
-// daemon's umask 022 gives 0644/0755. Suggested fix: setupMounts keeps
-// the old mask (old := unix.Umask(0); defer unix.Umask(old)); a prepared
-// sandbox, built before its start, should take the daemon's umask at the
-// start (send it in preparedStart) rather than the one of its
-// preparation.
+// Failed at 6edc830, for fresh sandboxes too (not the prepared sandboxes'
+// doing): setupMounts called unix.Umask(0) and nothing restored it, so a
+// sandboxed command created files 0666 and directories 0777 where the
+// daemon's umask 022 gives 0644/0755. Fixed: setupMounts puts the old
+// mask back when its mounts are made. (A prepared sandbox has the
+// daemon's umask of its preparation, which is the daemon's at the start
+// unless the embedding program changed it in between.)
 func TestPreparedUmask(t *testing.T) {
 	h := preparedHost(t)
 	fresh := *h
@@ -488,14 +487,13 @@ func slicesContains(s []int, v int) bool {
 // as on a fresh one: the thread that called Start ends, the tree is
 // killed.
 //
-// Fails at 6edc830: startOnPrepared ignores attr.Sys (the prepared
+// Failed at 6edc830: startOnPrepared ignored attr.Sys (the prepared
 // helper was started long before, by the pool, with Setsid only), so
-// Pdeathsig is silently dropped and the tree outlives the thread.
-// Suggested fix: a start whose attr.Sys asks for what a prepared helper
-// cannot have any more (Pdeathsig; also Setpgid/Foreground/Noctty, or no
-// Setsid) does not take a prepared sandbox (preparedPool returns nil for
-// it), or the helper sets prctl(PR_SET_PDEATHSIG) itself at the start
-// (it then follows the pool's thread, not the caller's: not the same).
+// Pdeathsig was silently dropped and the tree outlived the thread.
+// Fixed: a start whose attr.Sys asks for what a prepared helper cannot
+// have any more (Pdeathsig, Setpgid, Foreground, Noctty, credentials,
+// clone flags, chroot, ambient capabilities) takes no prepared sandbox
+// (preparedAttr).
 func TestPreparedPdeathsig(t *testing.T) {
 	h := preparedHost(t)
 	fresh := *h

@@ -220,24 +220,15 @@ func dirNames(t *testing.T, dirs ...string) string {
 // there; the prepared sandbox's mount namespace was copied before the
 // mount existed.
 //
-// Fails at 6edc830: the plan (prepKey) does not change with the host's
-// mount table, so the prepared sandbox is used and the command writes
-// under the host's read-only mount. A prepared sandbox's view is fresh
-// for files (one file system) but frozen for mounts (a private copy of
-// the mount table made at preparation). Suggested fix: key (or discard)
-// prepared sandboxes by the daemon's mount table, e.g. hold
-// /proc/self/mountinfo open and poll it (POLLPRI|POLLERR: the kernel
-// signals every mount or unmount in the namespace) and discard the
-// waiting sandboxes on a change, or put a hash of mountinfo in prepKey.
+// Failed at 6edc830: the plan (prepKey) did not change with the host's
+// mount table, so the prepared sandbox was used and the command wrote
+// under the host's read-only mount (a prepared sandbox's view is fresh
+// for files but frozen for mounts: a private copy of the mount table made
+// at preparation). prepKey now carries a digest of the daemon's mount
+// table (mountTable), and waiting sandboxes end on a change
+// (TestPreparedEndedOnMountChange).
 func TestPreparedStaleMount(t *testing.T) {
-	h := preparedHost(t)
-	fresh := *h
-	fresh.NoPrepare = true
-	ws := filepath.Join(stageDir(t), "ws")
-	sub := filepath.Join(ws, "sub")
-	if err := os.MkdirAll(sub, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	h, fresh, ws, sub := mountStage(t)
 	p := codexWorkspaceWrite(ws)
 	used := primePrepared(t, h, Plan{Policy: p}, ws)
 	if err := unix.Mount(sub, sub, "", unix.MS_BIND, ""); err != nil {
@@ -253,7 +244,7 @@ func TestPreparedStaleMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	usedNow := h.prepared.usedCount() - used
-	want, wcode, err := runPlan(&fresh, shPlan(p, script), ws)
+	want, wcode, err := runPlan(fresh, shPlan(p, script), ws)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,17 +263,10 @@ func TestPreparedStaleMount(t *testing.T) {
 // writes into the directory the host sees; the prepared one still has the
 // old mount (and keeps that file system alive).
 //
-// Fails at 6edc830 (the command's write goes to the detached tmpfs and is
+// Failed at 6edc830 (the command's write went to the detached tmpfs and was
 // lost): the same cause and fix as TestPreparedStaleMount.
 func TestPreparedStaleUnmount(t *testing.T) {
-	h := preparedHost(t)
-	fresh := *h
-	fresh.NoPrepare = true
-	ws := filepath.Join(stageDir(t), "ws")
-	sub := filepath.Join(ws, "sub")
-	if err := os.MkdirAll(sub, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	h, fresh, ws, sub := mountStage(t)
 	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=64k"); err != nil {
 		t.Skipf("tmpfs: %v", err)
 	}
@@ -305,7 +289,7 @@ func TestPreparedStaleUnmount(t *testing.T) {
 	usedNow := h.prepared.usedCount() - used
 	_, gotErr := os.Stat(filepath.Join(sub, "f"))
 	os.Remove(filepath.Join(sub, "f"))
-	if out, code, err := runPlan(&fresh, shPlan(p, script), ws); err != nil || code != 5 || out != "WROTE\n" {
+	if out, code, err := runPlan(fresh, shPlan(p, script), ws); err != nil || code != 5 || out != "WROTE\n" {
 		t.Fatalf("fresh: exit %d %q %v", code, out, err)
 	}
 	_, wantErr := os.Stat(filepath.Join(sub, "f"))
@@ -354,4 +338,21 @@ func TestPreparedEndedOnMountChange(t *testing.T) {
 			t.Errorf("the ended helper %d is still there (%v)", pid, err)
 		}
 	}
+}
+
+// mountStage is the set-up of the stale-mount tests: a host that
+// prepares sandboxes, the same host that does not (for the fresh answer),
+// and a workspace ws, staged where the tests may mount, with a
+// directory sub for the host to mount on.
+func mountStage(t *testing.T) (h, fresh *Host, ws, sub string) {
+	t.Helper()
+	h = preparedHost(t)
+	f := *h
+	f.NoPrepare = true
+	ws = filepath.Join(stageDir(t), "ws")
+	sub = filepath.Join(ws, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return h, &f, ws, sub
 }
