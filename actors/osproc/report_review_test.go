@@ -281,23 +281,33 @@ func TestReviewReportDescendantsEnd(t *testing.T) {
 // lets it go on: the command's state on the host is 'T', then not.
 func TestSandboxStopStopsTheCommand(t *testing.T) {
 	prepared, fresh := reviewIso(t)
+	h := *prepared.Host
+	h.NoDirect = true
+	viaInit := Isolation{Host: &h, Contain: prepared.Contain}
 	for _, c := range []struct {
 		name       string
 		iso        Isolation
 		onPrepared bool
-	}{{"fresh", fresh, false}, {"prepared", prepared, true}} {
+		direct     bool
+	}{{"fresh", fresh, false, false}, {"prepared", viaInit, true, false}, {"prepared_direct", prepared, true, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			// One process (a shell forking sleeps would be seen in its
 			// vfork's wait, state D, while the stopped group holds it).
 			s := startReviewed(t, c.iso, `echo ready; exec sleep 1000`, c.onPrepared)
 			defer finish(s)
 			waitReady(t, s)
-			cmd := childOf(t, s.pid)
+			if s.report.Direct() != c.direct {
+				t.Fatalf("direct start %v, want %v", s.report.Direct(), c.direct)
+			}
+			cmd := s.pid // a direct start's command is the daemon's child
+			if !c.direct {
+				cmd = childOf(t, s.pid)
+			}
 			if err := s.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
 			waitState(t, cmd, func(st string) bool { return st == "T" }, "stopped")
-			if st := procState(s.pid); st == "T" {
+			if st := procState(s.pid); !c.direct && st == "T" {
 				t.Errorf("the init %d stopped too", s.pid)
 			}
 			if err := s.Signal(syscall.SIGCONT); err != nil {

@@ -52,7 +52,11 @@
 // exit). With Plan.Recycle the caller waits, signals and kills through
 // that report only, and the init, once the command has ended and it has
 // cleaned up (prepared_init.go), serves the next start of its plan.
-// Host.NoPrepare turns it off.
+// Host.NoPrepare turns it off. Most starts on a prepared sandbox are
+// direct (direct.go): the daemon forks the command into the sandbox's
+// namespaces itself, from a thread of its own that joined them, and the
+// init only reaps orphans and cleans up after the command; Host.NoDirect
+// sends every start through the init.
 //
 // # Concurrency
 //
@@ -62,7 +66,9 @@
 // ExitReport belong to the start that took it; a Recycled report gives it
 // back to the pool when the command's exit is in (Wait), and its Signal
 // and Abandon may be called from another goroutine meanwhile (each frame
-// is one write on the socket).
+// is one write on the socket; a direct start's report orders them against
+// the reap with a mutex). A sandbox's direct thread takes jobs only from
+// the sandbox's holder, one at a time, and ends with the sandbox's init.
 //
 // Host is read-only after Probe (but for its thread pool) and safe to
 // share. Start may be called from any number of goroutines; each confined
@@ -116,7 +122,9 @@
 // nice 10. Concurrent starts of one plan beyond the sandboxes waiting
 // build their own. Signal frames are small writes on a socket the init
 // reads at once; a caller that sends them faster than the init relays
-// blocks in the write (the socket's buffer).
+// blocks in the write (the socket's buffer). A direct thread holds at
+// most one job (its holder waits for the answer) and one pending IPC
+// namespace renewal (a flag); its eventfd counts wake-ups and cannot fill.
 //
 // None: Start blocks its caller until the command has been exec'd or the
 // start failed (a few syscalls and one fork/exec on a spawning thread; one

@@ -69,6 +69,10 @@ type Host struct {
 	// NoPrepare makes every namespaced start build its sandbox itself
 	// (tests and benchmarks compare the two ways).
 	NoPrepare bool
+	// NoDirect sends every start on a prepared sandbox through its init,
+	// also those the daemon could fork into it itself (direct.go; tests
+	// and benchmarks compare the two ways).
+	NoDirect bool
 	// threads keeps a spawning thread prepared for the next confined
 	// start (nil: none; set by Probe when threads can be confined, ended
 	// by Close). Copies of a Host share it.
@@ -418,4 +422,13 @@ func seccompFilterAvailable() bool {
 	action := uint32(unix.SECCOMP_RET_ERRNO)
 	_, _, errno := syscall.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_GET_ACTION_AVAIL, 0, uintptrOf(&action))
 	return errno == 0
+}
+
+// PreparedDirect reports how many starts the daemon forked into a
+// prepared sandbox itself (direct.go).
+func (h *Host) PreparedDirect() uint64 {
+	if h == nil || h.prepared == nil {
+		return 0
+	}
+	return h.prepared.direct.Load()
 }

@@ -64,6 +64,7 @@ type preparedPool struct {
 	missed   atomic.Uint64 // eligible starts that started a fresh helper: none ready for their plan, or the one taken was gone
 	dropped  atomic.Uint64 // waiting sandboxes ended because the mount table changed (tests)
 	recycled atomic.Uint64 // sandboxes given back after a start (recycled)
+	direct   atomic.Uint64 // starts the daemon forked into a prepared sandbox itself (direct.go)
 }
 
 // maxPrepared is how many policies have a sandbox waiting (Codex
@@ -92,6 +93,11 @@ const preparedTimeout = 10 * time.Second
 type preparedSandbox struct {
 	sockets map[string]fileID // the host sockets covered in its mount namespace
 	epoch   uint32            // the starts it served (the owner's: the pool, or the start that took it)
+	// direct is the daemon's thread in its namespaces (direct.go; nil:
+	// every start goes through the init). unclean: the last start was
+	// direct and the init's "clean" is still to be read (the owner's).
+	direct  *directThread
+	unclean bool
 	key     string
 	cheap   string // cheapKey: what a start takes it by, before its plan is made
 	proc    *os.Process
@@ -108,6 +114,9 @@ const (
 	preparedStarted = "started\n"
 	preparedExit    = "exit "   // then the code
 	preparedSignal  = "signal " // then the signal that ended the command
+	// preparedClean: after a start the daemon forked itself (direct.go),
+	// the init killed what its command left and cleaned up (scrub).
+	preparedClean = "clean\n"
 )
 
 // What the daemon writes on a prepared sandbox's socket: frames of a
@@ -240,6 +249,7 @@ func digestMountinfo() string {
 }
 
 func (t *preparedSandbox) discard() {
+	t.direct.close()
 	_ = t.proc.Kill()
 	_, _ = t.proc.Wait()
 	t.sock.Close()
@@ -256,6 +266,23 @@ func (t *preparedSandbox) alive() bool {
 // take returns the most recent sandbox prepared for cheap (a cheapKey),
 // if one is ready and alive.
 func (pp *preparedPool) take(cheap string) *preparedSandbox {
+	t := pp.pick(cheap)
+	if t != nil && !t.usable() {
+		t.discard()
+		return nil
+	}
+	return t
+}
+
+// usable reads the init's "clean" after a direct start, and reports
+// whether the sandbox is alive.
+func (t *preparedSandbox) usable() bool {
+	return (!t.unclean || t.awaitClean()) && t.alive()
+}
+
+// pick takes the most recent sandbox prepared for cheap out of the pool,
+// unchecked (take checks it).
+func (pp *preparedPool) pick(cheap string) *preparedSandbox {
 	if pp == nil {
 		return nil
 	}
@@ -269,10 +296,6 @@ func (pp *preparedPool) take(cheap string) *preparedSandbox {
 		}
 	}
 	pp.mu.Unlock()
-	if t != nil && !t.alive() {
-		t.discard()
-		return nil
-	}
 	return t
 }
 
@@ -507,6 +530,9 @@ func prepareSandbox(h *Host, policy *Policy, mode string) (t *preparedSandbox, e
 		_ = proc.Kill()
 		_, _ = proc.Wait()
 		return nil, fmt.Errorf("sandbox: prepared helper not ready: %q %v %v", msg, werr, rerr)
+	}
+	if !h.NoDirect {
+		t.direct = newDirectThread(t, &wp) // nil if it cannot be made: the init forks every command
 	}
 	return t, nil
 }

@@ -1,12 +1,11 @@
 package sandbox
 
 import (
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -73,6 +72,9 @@ func preparedMain(p *wirePlan) helperStatus {
 	}()
 	sp := newSpawner(p, fr)
 	sp.made = made
+	// The orphans of a command the daemon forked here itself (direct.go)
+	// are this init's children: reaped as they exit.
+	signal.Notify(sp.chld, unix.SIGCHLD)
 	// The pid counter as the first command finds it: every command finds
 	// it so (scrub), or it would count the forks of those before it. Nil
 	// if unavailable: the init then serves one start.
@@ -147,6 +149,12 @@ type spawner struct {
 	made     madeAttrs
 	lastPid  *os.File
 	firstPid []byte
+	// chld is notified of SIGCHLD: the main thread then reaps the
+	// namespace's orphans (reapOrphans), unless a command the init forked
+	// runs (forked, under reapMu), whose status the spawning thread reaps.
+	chld   chan os.Signal
+	reapMu sync.Mutex
+	forked bool
 }
 
 // spawned is how a spawning thread ended: a start that failed (err), or a
@@ -159,7 +167,7 @@ type spawned struct {
 }
 
 func newSpawner(p *wirePlan, fr *frames) *spawner {
-	return &spawner{p: p, fr: fr, out: make(chan spawned, 1), mainJobs: make(chan func())}
+	return &spawner{p: p, fr: fr, out: make(chan spawned, 1), mainJobs: make(chan func()), chld: make(chan os.Signal, 1)}
 }
 
 // onMain runs f on the init's main thread (which waits in await).
@@ -176,6 +184,8 @@ func (s *spawner) await() spawned {
 		select {
 		case f := <-s.mainJobs:
 			f()
+		case <-s.chld:
+			s.reapOrphans()
 		case r := <-s.out:
 			return r
 		}
@@ -196,12 +206,33 @@ func (s *spawner) serve(thread *spawnThread, ps *pins, epoch uint32) {
 // start's network namespace (returned).
 func (s *spawner) run(epoch uint32, ps *pins, cred *syscall.Credential, filtered bool) spawned {
 	for ; ; epoch++ {
-		cmd, last, devpts, stage, err := s.one(epoch, cred, filtered)
+		cmd, last, devpts, direct, stage, err := s.one(epoch, cred, filtered)
 		if err != nil {
 			return spawned{stage: stage, err: err}
 		}
 		ps.close() // the thread is confined: the pins have served
+		if direct {
+			// The daemon ran this start itself and has reaped its command
+			// (direct.go): what the command left is killed and the sandbox
+			// cleaned as after one of the init's own, on the main thread
+			// (this thread's Landlock domain may not signal the daemon's).
+			if err := s.onMain(func() error {
+				if !endTree() {
+					return errors.New("the namespace is not empty")
+				}
+				return scrub(false, s.made, s.lastPid, s.firstPid)
+			}); err != nil {
+				os.Exit(0)
+			}
+			if _, err := unix.Write(statusFD, []byte(preparedClean)); err != nil {
+				os.Exit(0)
+			}
+			continue
+		}
 		code, reusable := s.supervise(cmd, epoch)
+		s.reapMu.Lock()
+		s.forked = false
+		s.reapMu.Unlock()
 		if last || !reusable {
 			os.Exit(code)
 		}
@@ -226,19 +257,29 @@ func (s *spawner) run(epoch uint32, ps *pins, cred *syscall.Credential, filtered
 
 // one takes the start of epoch in, waits for the daemon's word and forks
 // the command; it returns the command's pid and what the start said.
-func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) (cmd int, last, devpts bool, stage string, err error) {
-	start, fds, err := s.fr.readStart()
+//
+// A start the daemon forks itself (direct.go) never reaches the init: its
+// epoch's end (frameEnd while that start is awaited) says it ran and its
+// command is reaped (direct true); a SIGKILL for it meanwhile kills every
+// process of the namespace but the init.
+func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) (cmd int, last, devpts, direct bool, stage string, err error) {
+	start, fds, direct, err := s.fr.readStart(epoch, func() {
+		_ = s.onMain(func() error { return unix.Kill(-1, unix.SIGKILL) })
+	})
 	if err == io.EOF {
 		os.Exit(0) // the daemon dropped it unused
 	}
 	if err != nil {
-		return 0, false, false, "plan", err
+		return 0, false, false, false, "plan", err
+	}
+	if direct {
+		return 0, false, false, true, "", nil
 	}
 	if start.Epoch != epoch {
-		return 0, false, false, "plan", fmt.Errorf("start of epoch %d, want %d", start.Epoch, epoch)
+		return 0, false, false, false, "plan", fmt.Errorf("start of epoch %d, want %d", start.Epoch, epoch)
 	}
 	if stage, err := applyStart(s.p, start, fds, s.onMain); err != nil {
-		return 0, false, false, stage, err
+		return 0, false, false, false, stage, err
 	}
 	// The daemon checks the plan while this start came in: it runs only
 	// on its word; anything else (the plan changed, the daemon is gone)
@@ -251,17 +292,39 @@ func (s *spawner) one(epoch uint32, cred *syscall.Credential, filtered bool) (cm
 	}
 	if len(covers) > 0 {
 		if err := s.onMain(func() error { return coverSockets(covers, s.p.Scratch) }); err != nil {
-			return 0, false, false, "mounts", err
+			return 0, false, false, false, "mounts", err
 		}
 	}
+	// From the fork until the tree has ended, the spawning thread reaps.
+	s.reapMu.Lock()
+	s.forked = true
+	s.reapMu.Unlock()
 	// spawnCommand holds no pidfd of the command (an os.Process would, one
 	// per start, the helper running with GOGC off: no finalizer closes it);
 	// supervise opens its own.
 	pid, stage, err := spawnCommand(s.p, cred, filtered)
 	if err != nil {
-		return 0, false, false, stage, err
+		return 0, false, false, false, stage, err
 	}
-	return pid, flags&goLast != 0, start.DevPts, "", nil
+	return pid, flags&goLast != 0, start.DevPts, false, "", nil
+}
+
+// reapOrphans reaps the namespace's processes that have exited, on the
+// main thread, unless the spawning thread's command runs (it reaps then).
+// Non-blocking: WNOHANG.
+func (s *spawner) reapOrphans() {
+	s.reapMu.Lock()
+	defer s.reapMu.Unlock()
+	for !s.forked {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
+		}
+	}
 }
 
 // supervise is the init while the command (cmd) of epoch runs: it relays
@@ -396,189 +459,4 @@ func applyStart(p *wirePlan, st preparedStart, fds []int, onMain func(func() err
 		return "cwd", err
 	}
 	return "", nil
-}
-
-// frames reads what the daemon writes on the socket (see frameStart):
-// exact reads, all with recvmsg, so the descriptors that ride with a
-// start arrive whichever read meets them. One reader at a time: the
-// spawning thread until its command runs, then the relay until frameEnd,
-// then the next spawning thread.
-type frames struct {
-	fd  int
-	fds []int // received, not yet taken by a start
-}
-
-func (f *frames) read(b []byte) error {
-	oob := make([]byte, unix.CmsgSpace(8*4)) // at most 6 come (stdio, devpts, netns, cgroup)
-	for got := 0; got < len(b); {
-		n, oobn, _, _, err := unix.Recvmsg(f.fd, b[got:], oob, unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if oobn > 0 {
-			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-			if err != nil {
-				return err
-			}
-			for _, m := range msgs {
-				if r, err := unix.ParseUnixRights(&m); err == nil {
-					f.fds = append(f.fds, r...)
-				}
-			}
-		}
-		if n == 0 {
-			return io.EOF
-		}
-		got += n
-	}
-	return nil
-}
-
-// frame is a frame's type, and for frameSignal and frameEnd their fields
-// (read whole); any other frame's fields are its reader's.
-type frame struct {
-	t     byte
-	epoch uint32
-	sig   syscall.Signal
-}
-
-// readFrame reads the next frame's type, and a signal's or an end's fields.
-func (f *frames) readFrame() (frame, error) {
-	var t [1]byte
-	if err := f.read(t[:]); err != nil {
-		return frame{}, err
-	}
-	fr := frame{t: t[0]}
-	switch fr.t {
-	case frameSignal:
-		var rest [5]byte
-		if err := f.read(rest[:]); err != nil {
-			return fr, err
-		}
-		fr.epoch, fr.sig = binary.BigEndian.Uint32(rest[:4]), syscall.Signal(rest[4])
-	case frameEnd:
-		var rest [4]byte
-		if err := f.read(rest[:]); err != nil {
-			return fr, err
-		}
-		fr.epoch = binary.BigEndian.Uint32(rest[:])
-	}
-	return fr, nil
-}
-
-// next reads the next frame's type, skipping the signals and ends of
-// earlier starts (a caller may signal its command after its end: those
-// frames come before, or between, the next start's).
-func (f *frames) next() (byte, error) {
-	for {
-		fr, err := f.readFrame()
-		if err != nil {
-			return 0, err
-		}
-		if fr.t != frameSignal && fr.t != frameEnd {
-			return fr.t, nil
-		}
-	}
-}
-
-// readStart reads one preparedStart and its descriptors (close-on-exec).
-func (f *frames) readStart() (preparedStart, []int, error) {
-	var st preparedStart
-	t, err := f.next()
-	if err != nil {
-		return st, nil, err
-	}
-	if t != frameStart {
-		return st, nil, fmt.Errorf("frame %q where a start was due", t)
-	}
-	var hdr [8]byte
-	if err := f.read(hdr[:]); err != nil {
-		return st, nil, fmt.Errorf("start header: %w", err)
-	}
-	size := binary.BigEndian.Uint64(hdr[:])
-	if size > 64<<20 {
-		return st, nil, fmt.Errorf("start of %d bytes", size)
-	}
-	body := make([]byte, size)
-	if err := f.read(body); err != nil {
-		return st, nil, fmt.Errorf("start: %w", err)
-	}
-	fds := f.fds
-	f.fds = nil
-	if err := json.Unmarshal(body, &st); err != nil {
-		return st, fds, fmt.Errorf("start: %w", err)
-	}
-	return st, fds, nil
-}
-
-// readGo reads the daemon's word to go on (frameGo: flags, then the
-// socket covers to add); false for anything else.
-func (f *frames) readGo() ([]mountOp, byte, bool) {
-	t, err := f.next()
-	if err != nil || t != frameGo {
-		return nil, 0, false
-	}
-	var hdr [5]byte
-	if f.read(hdr[:]) != nil {
-		return nil, 0, false
-	}
-	n := binary.BigEndian.Uint32(hdr[1:])
-	if n == 0 {
-		return nil, hdr[0], true
-	}
-	if n > 16<<20 {
-		return nil, 0, false
-	}
-	body := make([]byte, n)
-	if f.read(body) != nil {
-		return nil, 0, false
-	}
-	var covers []mountOp
-	if err := json.Unmarshal(body, &covers); err != nil {
-		return nil, 0, false
-	}
-	return covers, hdr[0], true
-}
-
-// relayOne reads one frame while epoch's command (cmd) runs and passes a
-// signal for it on (SIGKILL: to every process of the namespace but the
-// init); frames of earlier epochs are dropped. False if the socket closed
-// or the frame is out of protocol.
-func (f *frames) relayOne(epoch uint32, cmd int) bool {
-	fr, err := f.readFrame()
-	switch {
-	case err != nil:
-		return false
-	case fr.t == frameEnd: // an earlier epoch's: this one's comes after the report
-		return true
-	case fr.t != frameSignal:
-		return false
-	case fr.epoch != epoch:
-		return true
-	case fr.sig == unix.SIGKILL:
-		_ = unix.Kill(-1, unix.SIGKILL)
-		return true
-	}
-	forwardSignal(cmd, fr.sig)
-	return true
-}
-
-// awaitEnd reads until the daemon ends epoch's signals (frameEnd), dropping
-// the signals that come before it (the command has exited); false if the
-// socket closed or a frame is out of protocol.
-func (f *frames) awaitEnd(epoch uint32) bool {
-	for {
-		fr, err := f.readFrame()
-		switch {
-		case err != nil:
-			return false
-		case fr.t == frameEnd && fr.epoch == epoch:
-			return true
-		case fr.t != frameSignal && fr.t != frameEnd:
-			return false
-		}
-	}
 }

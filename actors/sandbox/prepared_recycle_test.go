@@ -24,6 +24,12 @@ type recycledRun struct {
 // on pipes.
 func startRecycled(t *testing.T, h *Host, plan Plan, dir string) *recycledRun {
 	t.Helper()
+	return startRecycledWith(t, h, plan, dir, nil)
+}
+
+// startRecycledWith is startRecycled with sys (nil: none).
+func startRecycledWith(t *testing.T, h *Host, plan Plan, dir string, sys *syscall.SysProcAttr) *recycledRun {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +39,7 @@ func startRecycled(t *testing.T, h *Host, plan Plan, dir string) *recycledRun {
 		t.Fatal(err)
 	}
 	plan.Recycle = true
-	proc, report, err := StartReported(h, plan, &os.ProcAttr{Dir: dir, Files: []*os.File{inR, outW, outW}})
+	proc, report, err := StartReported(h, plan, &os.ProcAttr{Dir: dir, Files: []*os.File{inR, outW, outW}, Sys: sys})
 	inR.Close()
 	outW.Close()
 	if err != nil {

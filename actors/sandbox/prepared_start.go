@@ -67,7 +67,10 @@ var errPreparedGone = errors.New("sandbox: the prepared sandbox is gone")
 // (preparedGo), else the helper exits without running anything and the
 // caller starts its own, with the plan made here (planned). t's process
 // is returned with the report of the command's exit, or reaped here.
-func startOnPrepared(h *Host, pp *preparedPool, t *preparedSandbox, plan Plan, attr *os.ProcAttr, mode string) (proc *os.Process, report *ExitReport, wp wirePlan, planned bool, err error) {
+//
+// pre, if not nil, is the start's plan, made already (startDirect's,
+// which found that the start needs the init).
+func startOnPrepared(h *Host, pp *preparedPool, t *preparedSandbox, plan Plan, attr *os.ProcAttr, mode string, pre *wirePlan) (proc *os.Process, report *ExitReport, wp wirePlan, planned bool, err error) {
 	fail := func(err error) (*os.Process, *ExitReport, wirePlan, bool, error) {
 		t.discard()
 		return nil, nil, wp, planned, err
@@ -117,13 +120,17 @@ func startOnPrepared(h *Host, pp *preparedPool, t *preparedSandbox, plan Plan, a
 		return fail(errPreparedGone) // it never received the whole start: it runs nothing
 	}
 	// The plan, while the helper takes the start in.
-	wp, err = planWire(h, plan)
-	if err != nil {
-		return fail(err)
-	}
-	planned = true
-	if afterNamespacePlan != nil {
-		afterNamespacePlan()
+	if pre != nil {
+		wp, planned = *pre, true
+	} else {
+		wp, err = planWire(h, plan)
+		if err != nil {
+			return fail(err)
+		}
+		planned = true
+		if afterNamespacePlan != nil {
+			afterNamespacePlan()
+		}
 	}
 	if prepKey(wp, mode) != t.key {
 		return fail(errPreparedGone) // built for another plan: it ran nothing
@@ -229,6 +236,8 @@ type ExitReport struct {
 	t       *preparedSandbox
 	epoch   uint32
 	dropped sync.Once
+	// direct: the daemon forked the command itself (direct.go).
+	direct *directReport
 }
 
 func newExitReport(f *os.File, r *bufio.Reader) *ExitReport {
@@ -243,6 +252,11 @@ func newRecycledReport(pool *preparedPool, t *preparedSandbox, r *bufio.Reader) 
 // after this one (see ExitReport): the caller must not signal or reap the
 // process Start returned. False for nil.
 func (e *ExitReport) Recycled() bool { return e != nil && e.t != nil }
+
+// Direct reports whether the daemon forked the command itself (direct.go):
+// the process Start returned is then the command, the daemon's child, not
+// its init. False for nil.
+func (e *ExitReport) Direct() bool { return e != nil && e.direct != nil }
 
 // exitedChan is closed once the command's end is known (Wait returned);
 // nil (never) for a nil report.
@@ -265,6 +279,9 @@ func (e *ExitReport) Wait() (status int, ok bool) {
 		return 0, false
 	}
 	defer close(e.exited)
+	if e.direct != nil {
+		return e.waitDirect()
+	}
 	status, ok = e.read()
 	if e.t == nil {
 		return status, ok
@@ -325,6 +342,18 @@ func (e *ExitReport) Signal(sig syscall.Signal) error {
 	if sig <= 0 || sig > 255 {
 		return fmt.Errorf("sandbox: signal %d out of range", int(sig))
 	}
+	if e.direct != nil {
+		// The daemon's own child: signalled by its process group. A
+		// SIGKILL also goes to the init, which kills every process of
+		// the namespace (those that left the group too).
+		if sig == unix.SIGKILL {
+			msg := []byte{frameSignal, 0, 0, 0, 0, byte(sig)}
+			binary.BigEndian.PutUint32(msg[1:], e.epoch)
+			_, _ = e.t.sock.Write(msg)
+		}
+		e.direct.signal(sig)
+		return nil
+	}
 	msg := []byte{frameSignal, 0, 0, 0, 0, byte(sig)}
 	binary.BigEndian.PutUint32(msg[1:], e.epoch)
 	// A failed write: the init is gone (and its namespace with it), or
@@ -339,6 +368,11 @@ func (e *ExitReport) Signal(sig syscall.Signal) error {
 // Safe concurrently with Wait, and more than once. No-op otherwise.
 func (e *ExitReport) Abandon() {
 	if e != nil && e.t != nil {
+		if e.direct != nil {
+			// The daemon's own child: killed and reaped first, or the
+			// init, ending, would wait for it (Wait then reports the kill).
+			e.direct.kill()
+		}
 		e.dropped.Do(e.t.discard)
 	}
 }

@@ -250,11 +250,16 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (proc *os.Process, repor
 			pp.refill(h, plan.Policy, mode, prepKey(wp, mode), report.exitedChan())
 		}
 	}()
-	if t := pp.take(cheapKey(plan.Policy, mode)); t != nil {
+	if t := pp.pick(cheapKey(plan.Policy, mode)); t != nil && (directOK(h, t, plan, attr) || t.usable() || discarded(t)) {
 		// A sandbox prepared for this policy: the start goes to it at once
 		// and runs there if the plan, made meanwhile, is the one it was
-		// built from.
-		proc, report, wp, planned, err = startOnPrepared(h, pp, t, plan, attr, mode)
+		// built from. A direct start checks the sandbox (usable) once its
+		// thread has the start.
+		if directOK(h, t, plan, attr) {
+			proc, report, wp, planned, err = startDirect(h, pp, t, plan, attr, mode)
+		} else {
+			proc, report, wp, planned, err = startOnPrepared(h, pp, t, plan, attr, mode, nil)
+		}
 		if err == nil {
 			pp.used.Add(1)
 		}
@@ -332,6 +337,12 @@ func startHelper(h *Host, plan Plan, attr *os.ProcAttr) (proc *os.Process, repor
 		return nil, nil, herr
 	}
 	return proc, report, nil
+}
+
+// discarded discards t and says false (a sandbox take found unusable).
+func discarded(t *preparedSandbox) bool {
+	t.discard()
+	return false
 }
 
 // preparedAttr reports whether a prepared sandbox can honour attr: it was

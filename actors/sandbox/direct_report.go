@@ -1,0 +1,233 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The report of a direct start (direct.go): the daemon waits for its own
+// child, then ends the start's epoch and gives the sandbox back.
+
+// directReport is the part of an ExitReport for a direct start.
+type directReport struct {
+	pid    int
+	pidfd  *os.File // non-blocking: waited on in the runtime poller
+	events int      // the tree's cgroup.events, opened while the command runs (-1: none)
+	// mu orders Signal against the reap: reaped is set in the same step
+	// as the reap (a waitid that does not block), and no signal goes by
+	// pid (the group's id) after it.
+	mu     sync.Mutex
+	reaped bool
+	lost   bool         // reaped by nobody here, or not at all: no status
+	info   unix.Siginfo // the reaped command's, with reaped
+}
+
+func newDirectReport(pp *preparedPool, t *preparedSandbox, pid, cgroupFD int) (*ExitReport, error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: pidfd of the command: %w", err)
+	}
+	// The tree's cgroup.events, to tell at the command's end whether the
+	// tree outlived it (the caller closes its cgroup's descriptor once
+	// Start returns).
+	events, err := unix.Openat(cgroupFD, "cgroup.events", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		events = -1
+	}
+	e := newRecycledReport(pp, t, nil)
+	e.direct = &directReport{pid: pid, pidfd: os.NewFile(uintptr(fd), "pidfd"), events: events}
+	return e, nil
+}
+
+// Siginfo's fields as waitid(2) fills them for a child (amd64 and arm64).
+const (
+	cldExited = 1
+	siCodeOff = 8
+	siPidOff  = 16
+	siStatOff = 24
+)
+
+// reapLocked reaps the command if it has exited (block: waits for it),
+// recording its siginfo; it reports whether the command is reaped (or
+// cannot be: then info stays zero). d.mu is held.
+func (d *directReport) reapLocked(idtype, id int, block bool) bool {
+	if d.reaped {
+		return true
+	}
+	flags := unix.WEXITED
+	if !block {
+		flags |= unix.WNOHANG
+	}
+	for {
+		err := unix.Waitid(idtype, id, &d.info, flags, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			d.reaped, d.lost = true, true // ECHILD: not ours to reap (cannot happen)
+			return true
+		}
+		d.reaped = *(*int32)(unsafe.Add(unsafe.Pointer(&d.info), siPidOff)) != 0
+		return d.reaped
+	}
+}
+
+// wait returns how the command ended (its exit code, or the signal that
+// killed it), reaping it on its pidfd in the runtime poller (or learning
+// it from kill, which reaped it); ok false if it could not tell.
+func (d *directReport) wait() (code, sig int, ok bool) {
+	defer d.pidfd.Close()
+	rc, err := d.pidfd.SyscallConn()
+	if err == nil {
+		err = rc.Read(func(fd uintptr) bool {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return d.reapLocked(unix.P_PIDFD, int(fd), false)
+		})
+	}
+	if err != nil {
+		d.kill() // the poller failed it: the command goes
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lost {
+		return 0, 0, false
+	}
+	status := int(*(*int32)(unsafe.Add(unsafe.Pointer(&d.info), siStatOff)))
+	if *(*int32)(unsafe.Add(unsafe.Pointer(&d.info), siCodeOff)) == cldExited {
+		return status, 0, true
+	}
+	return 0, status, true
+}
+
+// kill kills and reaps the command unless it is reaped (a sandbox's init
+// that ends waits until every process of its pid namespace is reaped, this
+// one, the daemon's child, too).
+func (d *directReport) kill() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.reaped {
+		_ = unix.Kill(d.pid, unix.SIGKILL)
+		d.reapLocked(unix.P_PID, d.pid, true)
+	}
+}
+
+// populated reports whether the tree's cgroup still holds a process (true
+// if it cannot tell).
+func (d *directReport) populated() bool {
+	if d.events < 0 {
+		return true
+	}
+	var buf [256]byte
+	n, err := unix.Pread(d.events, buf[:], 0)
+	if err != nil || n <= 0 {
+		return true
+	}
+	return !bytes.Contains(buf[:n], []byte("populated 0"))
+}
+
+// signal signals the command's process group (the command alone if the
+// group is gone), not after its end.
+func (d *directReport) signal(sig syscall.Signal) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.reaped {
+		return
+	}
+	if sig == StopRelay {
+		sig = unix.SIGSTOP
+	}
+	if err := unix.Kill(-d.pid, sig); err == unix.ESRCH {
+		_ = unix.Kill(d.pid, sig)
+	}
+}
+
+// waitDirect is Wait for a direct start: the command reaped, then the
+// epoch ended (the init kills what the command left and cleans up) and
+// the sandbox given back. When the tree outlived the command, the report
+// waits for the init's clean-up (the tree has ended when the report says
+// the command did, as on the init's own starts). Otherwise the status is
+// returned at once, the rest is done by a goroutine of its own (off the
+// path of the exit's report), and the next start on the sandbox reads the
+// init's "clean" first.
+func (e *ExitReport) waitDirect() (int, bool) {
+	d := e.direct
+	code, sig, ok := d.wait()
+	outlived := !ok || d.populated()
+	if d.events >= 0 {
+		unix.Close(d.events)
+	}
+	if !ok {
+		e.Abandon()
+		return 0, false
+	}
+	e.sig = sig
+	if sig != 0 {
+		code = 128 + sig
+	}
+	if outlived {
+		e.settleDirect(true)
+	} else {
+		go e.settleDirect(false)
+	}
+	return code, true
+}
+
+// settleDirect ends the direct start's epoch, has the thread make the
+// next command's IPC namespace, and gives the sandbox back (wait: after
+// the init's clean-up).
+func (e *ExitReport) settleDirect(wait bool) {
+	if err := e.endEpoch(); err != nil {
+		e.Abandon()
+		return
+	}
+	if wait {
+		if !e.t.awaitClean() {
+			e.Abandon()
+			return
+		}
+	} else {
+		e.t.unclean = true
+	}
+	// Queued before any start of the next holder: that start finds it made.
+	if !e.t.direct.renew() {
+		e.Abandon()
+		return
+	}
+	e.dropped.Do(func() { e.pool.giveBack(e.t) })
+}
+
+// cleanBound bounds the wait for the init's clean-up after a direct start.
+const cleanBound = 5 * time.Second
+
+// awaitClean reads the init's "clean" after a direct start (false: it is
+// gone, or said something else, or took longer than cleanBound).
+func (t *preparedSandbox) awaitClean() bool {
+	var buf [len(preparedClean)]byte
+	_ = t.sock.SetReadDeadline(time.Now().Add(cleanBound))
+	_, err := io.ReadFull(t.sock, buf[:])
+	_ = t.sock.SetReadDeadline(time.Time{})
+	if err != nil || string(buf[:]) != preparedClean {
+		return false
+	}
+	t.unclean = false
+	return true
+}
+
+// endEpoch tells the init that the direct start's command has ended (and
+// no signal for it follows).
+func (e *ExitReport) endEpoch() error {
+	end := []byte{frameEnd, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(end[1:], e.epoch)
+	_, err := e.t.sock.Write(end)
+	return err
+}
