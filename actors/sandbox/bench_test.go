@@ -2,8 +2,11 @@ package sandbox
 
 import (
 	"os"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkHelper measures one start through the helper to the command's
@@ -203,4 +206,69 @@ func nsBench(b *testing.B) (*Host, string, *Policy, *os.File) {
 	}
 	b.Cleanup(func() { devnull.Close() })
 	return h, ws, p, devnull
+}
+
+// BenchmarkStartDirect: BenchmarkStartRecycled with the tree's v2 cgroup
+// given, as the daemon's contained starts have it: direct starts (the
+// daemon forks the command into the sandbox itself), and through the
+// init (Host.NoDirect) for comparison.
+func BenchmarkStartDirect(b *testing.B) {
+	root := cgroup2Root()
+	if root == "" {
+		b.Skip("no cgroup v2 hierarchy mounted")
+	}
+	cg, err := os.MkdirTemp(root, "runtimed-bench-")
+	if err != nil {
+		b.Skipf("cannot make a cgroup: %v", err)
+	}
+	b.Cleanup(func() { _ = os.Remove(cg) })
+	cgfd, err := unix.Open(cg, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { unix.Close(cgfd) })
+	for _, via := range []string{"direct", "init"} {
+		b.Run(via, func(b *testing.B) {
+			h, ws, p, devnull := nsBench(b)
+			h.NoDirect = via == "init"
+			start := func() {
+				proc, report, err := StartReported(h, Plan{Path: "/bin/true", Argv: []string{"true"}, Policy: p, Recycle: true},
+					&os.ProcAttr{Dir: ws, Files: []*os.File{devnull, devnull, devnull},
+						Sys: &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: cgfd}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, ok := report.Wait(); !ok {
+					b.Fatal("no report")
+				}
+				if !report.Recycled() {
+					report.Close()
+					_, _ = proc.Wait()
+					return
+				}
+				_ = proc.Release()
+			}
+			start()
+			h.prepared.settle()
+			direct := h.PreparedDirect()
+			for b.Loop() {
+				start()
+			}
+			b.ReportMetric(float64(h.PreparedDirect()-direct)/float64(b.N), "direct/op")
+		})
+	}
+}
+
+// BenchmarkPlanAndKey: what a start on a prepared sandbox checks before
+// its fork: the plan made against the host's files (planWire) and its key.
+func BenchmarkPlanAndKey(b *testing.B) {
+	h, ws, p, _ := nsBench(b)
+	plan := Plan{Path: "/bin/true", Argv: []string{"true"}, Policy: p, Dir: ws}
+	for b.Loop() {
+		wp, err := planWire(h, plan)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = prepKey(wp, "own")
+	}
 }

@@ -300,15 +300,15 @@ func (d *directThread) result(j *directStart) (directResult, bool) {
 	}
 }
 
-// renew has the thread make the next command's IPC namespace, without
-// waiting for it; false if the thread has ended. A thread that fails to
-// refuses its next start.
+// renew has the thread make the next command's IPC namespace first
+// when it wakes for its next job (on the next start's path, but while
+// the holder plans); false if the thread has ended. A thread that fails
+// to refuses that start.
 func (d *directThread) renew() bool {
 	if d.quitting.Load() {
 		return false
 	}
 	d.renewing.Store(true)
-	d.wake()
 	return true
 }
 
@@ -345,12 +345,6 @@ func startDirect(h *Host, pp *preparedPool, t *preparedSandbox, plan Plan, attr 
 		t.discard()
 		return nil, nil, wp, false, errPreparedGone
 	}
-	// While the thread wakes up: the init's "clean" after the last
-	// command, if it was direct, and whether the sandbox is alive.
-	if !t.usable() {
-		t.discard() // ends the thread: it forks nothing
-		return nil, nil, wp, false, errPreparedGone
-	}
 	// abort takes the start back from the thread (it forks nothing).
 	abort := func() bool {
 		j.say(wordAbort)
@@ -369,6 +363,14 @@ func startDirect(h *Host, pp *preparedPool, t *preparedSandbox, plan Plan, attr 
 	planned = true
 	if afterNamespacePlan != nil {
 		afterNamespacePlan()
+	}
+	// The init's "clean" after the last command, if it was direct (it
+	// cleaned up while this start was planned), and whether the sandbox
+	// is alive.
+	if !t.usable() {
+		abort()
+		t.discard()
+		return nil, nil, wp, planned, errPreparedGone
 	}
 	needsInit := len(wp.JoinCgroups) > 0
 	for _, m := range wp.NS.Mounts {

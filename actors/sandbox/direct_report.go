@@ -175,30 +175,43 @@ func (e *ExitReport) waitDirect() (int, bool) {
 		code = 128 + sig
 	}
 	if outlived {
-		e.settleDirect(true)
-	} else {
-		go e.settleDirect(false)
+		e.settleDirect()
+		return code, true
 	}
+	// The tree ended with the command: the sandbox goes back at once (the
+	// next start of its plan, however soon, finds it), and the epoch's
+	// end is written off the path of the exit's report; the next holder
+	// waits for that write (settled), then reads the init's "clean".
+	settled := make(chan struct{})
+	e.t.unclean, e.t.settled = true, settled
+	if !e.t.direct.renew() {
+		e.Abandon()
+		return code, true
+	}
+	t, epoch := e.t, e.epoch
+	e.dropped.Do(func() { e.pool.giveBack(e.t) })
+	go func() {
+		defer close(settled)
+		// A failed write: the init is gone, and its next holder finds
+		// it so (EOF where "clean" is due).
+		_ = endEpoch(t, epoch)
+	}()
 	return code, true
 }
 
-// settleDirect ends the direct start's epoch, has the thread make the
-// next command's IPC namespace, and gives the sandbox back (wait: after
-// the init's clean-up).
-func (e *ExitReport) settleDirect(wait bool) {
-	if err := e.endEpoch(); err != nil {
+// settleDirect ends the epoch of a direct start whose tree outlived its
+// command, waits for the init's clean-up (the tree has ended then), has
+// the thread make the next command's IPC namespace before its next start,
+// and gives the sandbox back.
+func (e *ExitReport) settleDirect() {
+	if err := endEpoch(e.t, e.epoch); err != nil {
 		e.Abandon()
 		return
 	}
-	if wait {
-		if !e.t.awaitClean() {
-			e.Abandon()
-			return
-		}
-	} else {
-		e.t.unclean = true
+	if !e.t.awaitClean() {
+		e.Abandon()
+		return
 	}
-	// Queued before any start of the next holder: that start finds it made.
 	if !e.t.direct.renew() {
 		e.Abandon()
 		return
@@ -213,21 +226,36 @@ const cleanBound = 5 * time.Second
 // gone, or said something else, or took longer than cleanBound).
 func (t *preparedSandbox) awaitClean() bool {
 	var buf [len(preparedClean)]byte
-	_ = t.sock.SetReadDeadline(time.Now().Add(cleanBound))
-	_, err := io.ReadFull(t.sock, buf[:])
-	_ = t.sock.SetReadDeadline(time.Time{})
-	if err != nil || string(buf[:]) != preparedClean {
+	// Mostly the init said it while the start was planned: one read that
+	// does not wait (no deadline to set and clear).
+	n := 0
+	if rc, err := t.sock.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			if m, err := unix.Read(int(fd), buf[:]); err == nil && m > 0 {
+				n = m
+			}
+		})
+	}
+	if n < len(buf) {
+		_ = t.sock.SetReadDeadline(time.Now().Add(cleanBound))
+		_, err := io.ReadFull(t.sock, buf[n:])
+		_ = t.sock.SetReadDeadline(time.Time{})
+		if err != nil {
+			return false
+		}
+	}
+	if string(buf[:]) != preparedClean {
 		return false
 	}
 	t.unclean = false
 	return true
 }
 
-// endEpoch tells the init that the direct start's command has ended (and
-// no signal for it follows).
-func (e *ExitReport) endEpoch() error {
+// endEpoch tells t's init that the direct start of epoch has ended (its
+// command is reaped, and no signal for it follows).
+func endEpoch(t *preparedSandbox, epoch uint32) error {
 	end := []byte{frameEnd, 0, 0, 0, 0}
-	binary.BigEndian.PutUint32(end[1:], e.epoch)
-	_, err := e.t.sock.Write(end)
+	binary.BigEndian.PutUint32(end[1:], epoch)
+	_, err := t.sock.Write(end)
 	return err
 }

@@ -98,6 +98,9 @@ type preparedSandbox struct {
 	// direct and the init's "clean" is still to be read (the owner's).
 	direct  *directThread
 	unclean bool
+	// settled, if not nil, is closed once the last direct start's end is
+	// written to the init (direct_report.go); the next holder waits for it.
+	settled chan struct{}
 	key     string
 	cheap   string // cheapKey: what a start takes it by, before its plan is made
 	proc    *os.Process
@@ -277,7 +280,14 @@ func (pp *preparedPool) take(cheap string) *preparedSandbox {
 // usable reads the init's "clean" after a direct start, and reports
 // whether the sandbox is alive.
 func (t *preparedSandbox) usable() bool {
-	return (!t.unclean || t.awaitClean()) && t.alive()
+	if t.settled != nil {
+		<-t.settled // a socket write, under way
+		t.settled = nil
+	}
+	if t.unclean {
+		return t.awaitClean() // it just wrote: alive
+	}
+	return t.alive()
 }
 
 // pick takes the most recent sandbox prepared for cheap out of the pool,
