@@ -300,10 +300,9 @@ func (d *directThread) result(j *directStart) (directResult, bool) {
 	}
 }
 
-// renew has the thread make the next command's IPC namespace first
-// when it wakes for its next job (on the next start's path, but while
-// the holder plans); false if the thread has ended. A thread that fails
-// to refuses that start.
+// renew has the thread make the next command's IPC namespace when it
+// next wakes (wake, or at the latest before its next job); false if the
+// thread has ended. A thread that fails to refuses that job.
 func (d *directThread) renew() bool {
 	if d.quitting.Load() {
 		return false

@@ -164,7 +164,7 @@ func (e *ExitReport) waitDirect() (int, bool) {
 	code, sig, ok := d.wait()
 	outlived := !ok || d.populated()
 	if d.events >= 0 {
-		unix.Close(d.events)
+		defer unix.Close(d.events)
 	}
 	if !ok {
 		e.Abandon()
@@ -195,6 +195,9 @@ func (e *ExitReport) waitDirect() (int, bool) {
 		// A failed write: the init is gone, and its next holder finds
 		// it so (EOF where "clean" is due).
 		_ = endEpoch(t, epoch)
+		// The thread makes the next IPC namespace now (~50 µs here),
+		// not when the next start wakes it.
+		t.direct.wake()
 	}()
 	return code, true
 }
@@ -216,6 +219,7 @@ func (e *ExitReport) settleDirect() {
 		e.Abandon()
 		return
 	}
+	e.t.direct.wake()
 	e.dropped.Do(func() { e.pool.giveBack(e.t) })
 }
 
