@@ -203,6 +203,11 @@ func (d *directThread) run(initPid int, wp *wirePlan, ready chan<- error) {
 			}
 			r := d.fork(j)
 			d.answer(j, r)
+			// Idle, and the next IPC namespace's making, at the priority
+			// the sandbox was prepared at (the next start sets its own):
+			// the daemon's goroutines come first while the command runs
+			// and ends.
+			_ = unix.Setpriority(unix.PRIO_PROCESS, 0, max(preparedNice, j.nice))
 		}
 	}
 }
