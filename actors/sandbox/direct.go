@@ -165,6 +165,10 @@ func (d *directThread) run(initPid int, wp *wirePlan, ready chan<- error) {
 		return
 	}
 	ready <- nil
+	// Whatever the thread's children are when it ends (none but a
+	// command's siblings: see reapSiblings) are reaped first: the init,
+	// ending, waits for them.
+	defer reapSiblings(true)
 	// It sleeps until a job, close, or the init's end (however the
 	// sandbox ends: discarded, or its init exited after a last start).
 	fds := []unix.PollFd{{Fd: int32(d.efd), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}}
@@ -185,6 +189,7 @@ func (d *directThread) run(initPid int, wp *wirePlan, ready chan<- error) {
 			return
 		}
 		if d.renewing.Swap(false) {
+			reapSiblings(false)
 			// The next command's IPC namespace: the last one's goes
 			// with whatever its tree left there.
 			if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
@@ -208,6 +213,34 @@ func (d *directThread) run(initPid int, wp *wirePlan, ready chan<- error) {
 			// the daemon's goroutines come first while the command runs
 			// and ends.
 			_ = unix.Setpriority(unix.PRIO_PROCESS, 0, max(preparedNice, j.nice))
+		}
+	}
+}
+
+// reapSiblings reaps the calling direct thread's children (__WNOTHREAD:
+// not the daemon's other children), block: until it has none. A command
+// is the thread's child, and so is whatever it clones with CLONE_PARENT:
+// siblings that neither its report (it reaps the command alone) nor the
+// init (they are not its children) would reap, and that, as zombies,
+// would hold the daemon's pids and the init's exit (the end of a pid
+// namespace waits for every process in it to be reaped)
+// (TestDirectAttackCloneParent). Called only where the thread has no
+// command unreaped: at a renew (the last command's report reaped it and
+// gave the sandbox back) and as the thread ends (discard: after the
+// command's report, or its Abandon, reaped it); the init's clean-up, or
+// its end, has killed the siblings by then, or will.
+func reapSiblings(block bool) {
+	flags := unix.WALL | unix.WNOTHREAD
+	if !block {
+		flags |= unix.WNOHANG
+	}
+	for {
+		pid, err := unix.Wait4(-1, nil, flags, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ type directReport struct {
 	pid    int
 	pidfd  *os.File // non-blocking: waited on in the runtime poller
 	events int      // the tree's cgroup.events, opened while the command runs (-1: none)
+	cgdir  int      // the tree's cgroup (a duplicate; -1: none), for killLeft
 	// mu orders Signal against the reap: reaped is set in the same step
 	// as the reap (a waitid that does not block), and no signal goes by
 	// pid (the group's id) after it.
@@ -43,14 +45,19 @@ func newDirectReport(pp *preparedPool, t *preparedSandbox, pid, cgroupFD int) (*
 	if err != nil {
 		events = -1
 	}
+	cgdir, err := unix.FcntlInt(uintptr(cgroupFD), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		cgdir = -1
+	}
 	e := newRecycledReport(pp, t, nil)
-	e.direct = &directReport{pid: pid, pidfd: os.NewFile(uintptr(fd), "pidfd"), events: events}
+	e.direct = &directReport{pid: pid, pidfd: os.NewFile(uintptr(fd), "pidfd"), events: events, cgdir: cgdir}
 	return e, nil
 }
 
 // Siginfo's fields as waitid(2) fills them for a child (amd64 and arm64).
 const (
 	cldExited = 1
+	cldDumped = 3 // CLD_KILLED (2) between: the codes of an end
 	siCodeOff = 8
 	siPidOff  = 16
 	siStatOff = 24
@@ -76,8 +83,21 @@ func (d *directReport) reapLocked(idtype, id int, block bool) bool {
 			d.reaped, d.lost = true, true // ECHILD: not ours to reap (cannot happen)
 			return true
 		}
-		d.reaped = *(*int32)(unsafe.Add(unsafe.Pointer(&d.info), siPidOff)) != 0
-		return d.reaped
+		if *(*int32)(unsafe.Add(unsafe.Pointer(&d.info), siPidOff)) == 0 {
+			return false // WNOHANG: it runs
+		}
+		// A command that made the daemon's direct thread its tracer
+		// (ptrace(PTRACE_TRACEME): its parent is that thread, which has
+		// CAP_SYS_PTRACE) reports its ptrace stops here, WEXITED or not
+		// (CLD_TRAPPED): a stop is not its end (that is CLD_EXITED,
+		// CLD_KILLED or CLD_DUMPED), and it is waited for again
+		// (TestDirectAttackPtraceStop).
+		if code := *(*int32)(unsafe.Add(unsafe.Pointer(&d.info), siCodeOff)); code < cldExited || code > cldDumped {
+			d.info = unix.Siginfo{}
+			continue
+		}
+		d.reaped = true
+		return true
 	}
 }
 
@@ -166,6 +186,9 @@ func (e *ExitReport) waitDirect() (int, bool) {
 	if d.events >= 0 {
 		defer unix.Close(d.events)
 	}
+	if d.cgdir >= 0 {
+		defer unix.Close(d.cgdir)
+	}
 	if !ok {
 		e.Abandon()
 		return 0, false
@@ -207,6 +230,17 @@ func (e *ExitReport) waitDirect() (int, bool) {
 // the thread make the next command's IPC namespace before its next start,
 // and gives the sandbox back.
 func (e *ExitReport) settleDirect() {
+	// What is left of the tree dies (and what of it is the daemon's
+	// child is reaped) before the init cleans up: a command's
+	// clone(CLONE_PARENT) makes a sibling of it, the daemon's child, that
+	// the init neither reaps nor finds (its kill(-1) is skipped when it
+	// has no child of its own: endTree), and that, dead, would hold the
+	// namespace (the init's exit waits for its reaping)
+	// (TestDirectAttackCloneParent).
+	if !e.direct.killLeft() {
+		e.Abandon()
+		return
+	}
 	if err := endEpoch(e.t, e.epoch); err != nil {
 		e.Abandon()
 		return
@@ -221,6 +255,85 @@ func (e *ExitReport) settleDirect() {
 	}
 	e.t.direct.wake()
 	e.dropped.Do(func() { e.pool.giveBack(e.t) })
+}
+
+// killLeft kills every process left in the tree's cgroup and reaps those
+// that are the daemon's children; it reports whether the cgroup is empty
+// within cleanBound. The rest (the init's, in the namespace) the init
+// reaps.
+func (d *directReport) killLeft() bool {
+	if d.cgdir < 0 {
+		return false
+	}
+	deadline := time.Now().Add(cleanBound)
+	killed := map[int]int{} // pid: its pidfd
+	defer func() {
+		for _, fd := range killed {
+			unix.Close(fd)
+		}
+	}()
+	for {
+		pids, err := cgroupPids(d.cgdir)
+		if err != nil {
+			return false
+		}
+		if len(pids) == 0 {
+			break
+		}
+		var wait []unix.PollFd
+		for _, pid := range pids {
+			fd, seen := killed[pid]
+			if !seen {
+				if fd, err = unix.PidfdOpen(pid, 0); err != nil {
+					continue // gone
+				}
+				killed[pid] = fd
+				_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+			}
+			wait = append(wait, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		// Until one of them has exited (it leaves the cgroup first).
+		if len(wait) > 0 {
+			_, _ = unix.Poll(wait, int(left/time.Millisecond)+1)
+		}
+	}
+	for pid, fd := range killed {
+		// Exited (POLLIN) once it is a zombie, or reaped by the init.
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, _ := unix.Poll(p, max(int(time.Until(deadline)/time.Millisecond), 0)+1); n != 1 {
+			return false
+		}
+		var info unix.Siginfo
+		_ = unix.Waitid(unix.P_PIDFD, fd, &info, unix.WEXITED|unix.WNOHANG, nil) // ECHILD: the init's
+		unix.Close(fd)
+		delete(killed, pid)
+	}
+	return true
+}
+
+// cgroupPids lists the processes of the cgroup dir (their pids here).
+func cgroupPids(dir int) ([]int, error) {
+	fd, err := unix.Openat(dir, "cgroup.procs", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), "cgroup.procs")
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, l := range bytes.Fields(b) {
+		if pid, err := strconv.Atoi(string(l)); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
 }
 
 // cleanBound bounds the wait for the init's clean-up after a direct start.
