@@ -57,11 +57,15 @@ import (
 // is woken through the scheduler instead: two thread wake-ups, ~80 µs
 // here, and only once the sender blocks).
 type directThread struct {
-	efd       int                         // the eventfd the thread sleeps on (closed by the thread as it ends)
+	// efd is the eventfd the thread sleeps on, closed by the thread as it
+	// ends: an *os.File, so that a wake after that (close's, the report's
+	// settling goroutine's) fails instead of writing to whatever has the
+	// descriptor's number by then.
+	efd       *os.File
 	job       atomic.Pointer[directStart] // the next start (one at a time: the holder's)
 	renewing  atomic.Bool                 // make the next command's IPC namespace first
 	quitting  atomic.Bool                 // set by close
-	quit      chan struct{}               // closed by close: the thread ends
+	quit      chan struct{}               // closed by close: the thread ends, or has
 	closeOnce sync.Once
 	// broken: the thread failed to make a new IPC namespace after a
 	// command (the thread's own: it refuses every start from then on).
@@ -140,9 +144,9 @@ func newDirectThread(t *preparedSandbox, wp *wirePlan) *directThread {
 	if err != nil {
 		return nil
 	}
-	d := &directThread{efd: efd, quit: make(chan struct{})}
+	d := &directThread{efd: os.NewFile(uintptr(efd), "eventfd"), quit: make(chan struct{})}
 	ready := make(chan error, 1)
-	go throwawayThread(func() { d.run(t.proc.Pid, wp, ready) }, make(chan struct{}, 1))
+	go throwawayThread(func() { d.run(t.proc.Pid, efd, wp, ready) }, make(chan struct{}, 1))
 	if err := <-ready; err != nil {
 		return nil
 	}
@@ -151,9 +155,9 @@ func newDirectThread(t *preparedSandbox, wp *wirePlan) *directThread {
 
 // run is the thread: it joins the init's namespaces, confines itself and
 // serves jobs until close.
-func (d *directThread) run(initPid int, wp *wirePlan, ready chan<- error) {
+func (d *directThread) run(initPid, efd int, wp *wirePlan, ready chan<- error) {
 	_ = unix.Setpriority(unix.PRIO_PROCESS, 0, max(preparedNice, threadNice()))
-	defer unix.Close(d.efd)
+	defer d.efd.Close()
 	pidfd, err := unix.PidfdOpen(initPid, 0)
 	if err != nil {
 		ready <- err
@@ -165,26 +169,33 @@ func (d *directThread) run(initPid int, wp *wirePlan, ready chan<- error) {
 		return
 	}
 	ready <- nil
-	// Whatever the thread's children are when it ends (none but a
-	// command's siblings: see reapSiblings) are reaped first: the init,
-	// ending, waits for them.
-	defer reapSiblings(true)
+	// A thread that ends on its own (its init ended: a command can make
+	// it, lowering its hard limits so that it cannot clean up) is closed
+	// too, or the holder that sent it a start would wait for its answer
+	// forever (TestDirectAttackInitLimits).
+	defer d.close()
 	// It sleeps until a job, close, or the init's end (however the
 	// sandbox ends: discarded, or its init exited after a last start).
-	fds := []unix.PollFd{{Fd: int32(d.efd), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}}
+	fds := []unix.PollFd{{Fd: int32(efd), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}}
 	var buf [8]byte
 	for {
 		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
 			d.broken = true
 			return
 		}
-		if d.quitting.Load() || fds[1].Revents != 0 {
+		if d.quitting.Load() {
+			// Discarded (after the last command's reap): the command's
+			// siblings die with the init, which waits for their reaping.
+			reapSiblings(true)
 			return
+		}
+		if fds[1].Revents != 0 {
+			return // the init has ended: its namespace is empty
 		}
 		if fds[0].Revents == 0 {
 			continue
 		}
-		if _, err := unix.Read(d.efd, buf[:]); err != nil && err != unix.EINTR {
+		if _, err := unix.Read(efd, buf[:]); err != nil && err != unix.EINTR {
 			d.broken = true
 			return
 		}
@@ -226,7 +237,7 @@ func (d *directThread) run(initPid int, wp *wirePlan, ready chan<- error) {
 // namespace waits for every process in it to be reaped)
 // (TestDirectAttackCloneParent). Called only where the thread has no
 // command unreaped: at a renew (the last command's report reaped it and
-// gave the sandbox back) and as the thread ends (discard: after the
+// gave the sandbox back) and as the thread is discarded (after the
 // command's report, or its Abandon, reaped it); the init's clean-up, or
 // its end, has killed the siblings by then, or will.
 func reapSiblings(block bool) {
@@ -249,7 +260,7 @@ func reapSiblings(block bool) {
 // would have to reach 2^64-1).
 func (d *directThread) wake() {
 	one := [8]byte{1}
-	_, _ = unix.Write(d.efd, one[:])
+	_, _ = d.efd.Write(one[:])
 }
 
 func (d *directThread) enter(pidfd int, wp *wirePlan) error {
