@@ -80,34 +80,16 @@ func directOut(t *testing.T, h *Host, cgfd int, plan Plan, dir string) (string, 
 // sandbox that the daemon should have reaped.
 func sandboxZombies(t *testing.T) []int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		var ppid, state string
-		var nspid []string
+	for _, pid := range pidsWithArg(t, "") { // every process
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		f := map[string]string{}
 		for _, l := range strings.Split(string(b), "\n") {
 			k, v, _ := strings.Cut(l, ":")
-			switch k {
-			case "PPid":
-				ppid = strings.TrimSpace(v)
-			case "State":
-				state = strings.TrimSpace(v)
-			case "NSpid":
-				nspid = strings.Fields(v)
-			}
+			f[k] = strings.TrimSpace(v)
 		}
-		if ppid == strconv.Itoa(os.Getpid()) && strings.HasPrefix(state, "Z") && len(nspid) > 1 && nspid[len(nspid)-1] != "1" {
+		ns := strings.Fields(f["NSpid"])
+		if f["PPid"] == strconv.Itoa(os.Getpid()) && strings.HasPrefix(f["State"], "Z") && len(ns) > 1 && ns[len(ns)-1] != "1" {
 			out = append(out, pid)
 		}
 	}
@@ -165,32 +147,24 @@ say("pidfd-ppid", en(sc('pidfd_open', os.getppid(), 0)))
 me = os.getpid()
 pmax = min(int(open('/proc/sys/kernel/pid_max').read()), 1 << 16)
 say("signallable", [p for p in range(1, pmax + 1) if p != me and l.kill(p, 0) == 0])
-for p in (1, 0x7fffffff):
-    say("ptrace-attach-%d" % p, en(sc('ptrace', 16, p, 0, 0)), "seize", en(sc('ptrace', 0x4206, p, 0, 0)))
+say("ptrace-init", en(sc('ptrace', 16, 1, 0, 0)), en(sc('ptrace', 0x4206, 1, 0, 0)))
 fd = sc('pidfd_open', 1, 0)
 if fd >= 0:
     say("getfd-init", sorted(set(en(sc('pidfd_getfd', fd, n, 0)) for n in range(64))))
     say("pidfd-signal-init", en(sc('pidfd_send_signal', fd, signal.SIGTERM, None, 0)), en(sc('pidfd_send_signal', fd, signal.SIGKILL, None, 0)))
     os.close(fd)
 else:
-    say("getfd-init", [en(fd)])
-    say("pidfd-signal-init", en(fd))
-res = []
-for f in ('environ', 'mem', 'root/etc', 'fd', 'cwd'):
+    say("getfd-init", en(fd)); say("pidfd-signal-init", en(fd))
+def probe(f, op):
     try:
-        open('/proc/1/' + f, 'rb').read(1) if f in ('environ', 'mem') else os.listdir('/proc/1/' + f)
-        res.append(f + ':ok')
+        op(f); return f + ':ok'
     except OSError as e:
-        res.append(f + ':' + errno.errorcode[e.errno])
-say("proc-init", res)
-fds = []
-for f in os.listdir('/proc/self/fd'):
-    try:
-        fds.append((int(f), os.readlink('/proc/self/fd/' + f)))
-    except OSError:
-        pass
+        return f + ':' + errno.errorcode[e.errno]
+say("proc-init", [probe('/proc/1/' + f, lambda p: open(p, 'rb').read(1)) for f in ('environ', 'mem')] +
+    [probe('/proc/1/' + f, os.listdir) for f in ('root/etc', 'fd', 'cwd')])
+fds = [(int(f), probe('/proc/self/fd/' + f, os.readlink)) for f in os.listdir('/proc/self/fd')]
+fds = [(n, os.readlink('/proc/self/fd/%d' % n)) for n, r in fds if r.endswith(':ok')]
 say("fds", sorted(n for n, _ in fds), [k for n, k in fds if not k.startswith('pipe:')])
-say("thread-self", os.readlink('/proc/thread-self'))
 say("kill-all", ck(l.kill(-1, signal.SIGKILL)))
 `), ws)
 	if code != 0 {
@@ -202,13 +176,10 @@ say("kill-all", ck(l.kill(-1, signal.SIGKILL)))
 			t.Errorf("%s: %q, want %q", key, got, want)
 		}
 	}
-	for _, key := range []string{"ptrace-attach-1", "ptrace-attach-2147483647", "getfd-init", "pidfd-signal-init", "proc-init"} {
+	for _, key := range []string{"ptrace-init", "getfd-init", "pidfd-signal-init", "proc-init"} {
 		if got := field(t, out, key); strings.Contains(got, "ok") {
 			t.Errorf("%s: %q: the command reached outside its tree", key, got)
 		}
-	}
-	if ts := field(t, out, "thread-self"); strings.Contains(ts, strconv.Itoa(os.Getpid())) {
-		t.Errorf("/proc/thread-self %q names the daemon", ts)
 	}
 	// The host process: alive, not stopped, not traced.
 	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", victim.Process.Pid))
@@ -237,6 +208,11 @@ func TestDirectAttackCloneParent(t *testing.T) {
 		name, script string
 	}{
 		{"live", `say("sibling", sibling(['/bin/sleep', sys.argv[1]]))`},
+		// In a pid namespace of its own (unshare(2) in a new user
+		// namespace gives CAP_SYS_ADMIN there): the sibling is its init.
+		{"nested", `
+say("unshare", en(sc('unshare', 0x10000000 | 0x20000000)))
+say("sibling", sibling(['/bin/sleep', sys.argv[1]]))`},
 		// The sibling exits at once; the command waits until it is a
 		// zombie (its pidfd readable), then exits.
 		{"zombie", `
@@ -251,7 +227,7 @@ say("sibling", pid, open('/proc/%d/stat' % pid).read().split(') ')[1][0])`},
 			// Before the cleanups (the sandbox's discard waits for them).
 			defer func() { reapStrays(append(pidsWithArg(t, marker), sandboxZombies(t)...)) }()
 			out, code := directOut(t, h, cgfd, pyPlan(p, tc.script, marker), ws)
-			if code != 0 || !strings.HasPrefix(out, "sibling ") {
+			if code != 0 || !strings.Contains(out, "sibling ") || strings.Contains(out, "sibling -") {
 				t.Fatalf("exit %d: %q (no sibling made)", code, out)
 			}
 			t.Logf("first command: %s", strings.TrimSpace(out))
@@ -275,6 +251,28 @@ say("sibling", pid, open('/proc/%d/stat' % pid).read().split(') ')[1][0])`},
 			closeBounded(t, h)
 		})
 	}
+	// The command is abandoned (killed, its sandbox discarded) while its
+	// sibling runs: the discard must end (the init waits for the
+	// sibling's reaping), leaving no zombie.
+	t.Run("abandoned", func(t *testing.T) {
+		h, cgfd, ws, p := directSetup(t)
+		marker := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1_000_000)
+		defer func() { reapStrays(append(pidsWithArg(t, marker), sandboxZombies(t)...)) }()
+		r := startDirectRun(t, h, cgfd, pyPlan(p, `say("sibling", sibling(['/bin/sleep', sys.argv[1]])); sys.stdin.read()`, marker), ws)
+		if l := r.line(t); !strings.HasPrefix(l, "sibling ") || strings.HasPrefix(l, "sibling -") {
+			t.Fatalf("%q", l)
+		}
+		done := make(chan struct{})
+		go func() { r.report.Abandon(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Abandon does not return: the init waits for the sibling's reaping")
+		}
+		if pids, z := pidsWithArg(t, marker), sandboxZombies(t); len(pids)+len(z) != 0 {
+			t.Errorf("after the discard: sibling %v, zombies %v", pids, z)
+		}
+	})
 }
 
 // TestDirectAttackPtraceStop: the command makes its parent, the daemon's
@@ -306,13 +304,7 @@ sys.exit(5)`), ws)
 		unix.Close(pidfd)
 	}()
 	if l := r.line(t); l != "traceme ok" {
-		// Refused: nothing more to attack.
-		t.Logf("PTRACE_TRACEME refused: %q", l)
-		r.stdin.Close()
-		if code := waitReport(t, r); code != 5 {
-			t.Errorf("exit %d, want 5", code)
-		}
-		return
+		t.Skipf("PTRACE_TRACEME refused here (%q): nothing to attack", l)
 	}
 	// Stopped (and the stop still to be reported: WNOWAIT).
 	stopped := make(chan error, 1)
@@ -370,8 +362,7 @@ sys.exit(5)`), ws)
 // namespaces): a stopped process, one in a session of its own that
 // ignores signals, a file and a mode on /dev/shm, System V objects, an
 // abstract UNIX listener in flight, a lowered umask and file limit. The
-// next command finds none of it, and the daemon's own limits are
-// untouched (the thread's are the daemon's).
+// next command finds none of it (its limits are the daemon's).
 func TestDirectAttackLeftovers(t *testing.T) {
 	needPython(t)
 	h, cgfd, ws, p := directSetup(t)
@@ -427,10 +418,6 @@ except OSError as e:
 			t.Errorf("the second command's %s: %q, want %q", key, got, w)
 		}
 	}
-	var after unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &after); err != nil || after != limit {
-		t.Errorf("the daemon's file limit is now %+v, was %+v (%v)", after, limit, err)
-	}
 }
 
 // TestDirectAttackCwdSwap: between two direct starts in a subdirectory of
@@ -459,30 +446,20 @@ func TestDirectAttackCwdSwap(t *testing.T) {
 	if err := os.Rename(sub, sub+".old"); err != nil {
 		t.Fatal(err)
 	}
-	for _, target := range []string{"/etc", "/root", "/proc/1"} {
+	for _, target := range []string{"/etc", "/proc/1"} {
 		_ = os.Remove(sub)
 		if err := os.Symlink(target, sub); err != nil {
 			t.Fatal(err)
 		}
 		before := h.PreparedDirect()
 		out, err := tryStart(t, h, cgfd, shPlan(p, script), sub)
-		if err != nil {
-			var ee *ExecError
-			if !errors.As(err, &ee) || ee.Stage != "cwd" || h.PreparedDirect() != before {
-				t.Errorf("%s: %v (direct starts %d), want a working directory error and nothing run", target, err, h.PreparedDirect()-before)
-			}
-			t.Logf("%s: refused: %v", target, err)
-			continue
-		}
-		if h.PreparedDirect()-before != 1 {
-			t.Fatalf("%s: not a direct start", target)
-		}
-		t.Logf("%s: ran: %q", target, out)
-		if target == "/proc/1" {
-			t.Errorf("the command ran in its init's /proc entry: %q", out)
-		}
-		if strings.Contains(out, "wrote") {
-			t.Errorf("%s: the command wrote where the link leads: %q", target, out)
+		t.Logf("%s: %q, %v", target, out, err)
+		var ee *ExecError
+		switch {
+		case err != nil && (!errors.As(err, &ee) || ee.Stage != "cwd" || h.PreparedDirect() != before):
+			t.Errorf("%s: %v (direct starts %d), want a working directory error and nothing run", target, err, h.PreparedDirect()-before)
+		case err == nil && (h.PreparedDirect()-before != 1 || target == "/proc/1" || strings.Contains(out, "wrote")):
+			t.Errorf("%s: ran (direct starts %d): %q; want no write, and no start in the init's /proc entry", target, h.PreparedDirect()-before, out)
 		}
 		if _, err := os.Stat(filepath.Join(target, name)); err == nil {
 			os.Remove(filepath.Join(target, name))
@@ -542,21 +519,9 @@ python3 -c 'import resource as r; `+tc.lower+`; print("init", r.prlimit(1, r.RLI
 				}
 			}
 			direct := h.PreparedDirect()
-			type res struct {
-				out string
-				err error
-			}
-			done := make(chan res, 1)
-			go func() { out, err := tryStart(t, h, cgfd, shPlan(p, show), ws); done <- res{out, err} }()
-			var outB string
-			select {
-			case r := <-done:
-				if r.err != nil {
-					t.Fatal(r.err)
-				}
-				outB = r.out
-			case <-time.After(20 * time.Second):
-				t.Fatal("the next start hangs")
+			outB, err := tryStart(t, h, cgfd, shPlan(p, show), ws)
+			if err != nil {
+				t.Fatal(err)
 			}
 			t.Logf("second (direct: %v): %q", h.PreparedDirect() > direct, outB)
 			if got, want := field(t, outB, "nofile"), fmt.Sprintf("%d %d", limit.Cur, limit.Max); got != want {
@@ -575,7 +540,7 @@ python3 -c 'import resource as r; `+tc.lower+`; print("init", r.prlimit(1, r.RLI
 
 // tryStart runs plan recycled in dir and the tree's cgroup cgfd, direct
 // or not, and returns its output (read once its report is in) or the
-// start's error.
+// start's error; a start that does not return is a failure.
 func tryStart(t *testing.T, h *Host, cgfd int, plan Plan, dir string) (string, error) {
 	t.Helper()
 	devnull, err := os.Open(os.DevNull)
@@ -589,11 +554,26 @@ func tryStart(t *testing.T, h *Host, cgfd int, plan Plan, dir string) (string, e
 	}
 	defer outR.Close()
 	plan.Recycle = true
-	_, report, err := StartReported(h, plan, &os.ProcAttr{Dir: dir, Files: []*os.File{devnull, outW, outW},
-		Sys: &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: cgfd}})
+	type started struct {
+		report *ExitReport
+		err    error
+	}
+	c := make(chan started, 1)
+	go func() {
+		_, report, err := StartReported(h, plan, &os.ProcAttr{Dir: dir, Files: []*os.File{devnull, outW, outW},
+			Sys: &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: cgfd}})
+		c <- started{report, err}
+	}()
+	var st started
+	select {
+	case st = <-c:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the start hangs")
+	}
 	outW.Close()
-	if err != nil {
-		return "", err
+	report := st.report
+	if st.err != nil {
+		return "", st.err
 	}
 	t.Cleanup(report.Abandon)
 	if code := waitReport(t, &recycledRun{report: report}); code != 0 {

@@ -257,10 +257,11 @@ func (e *ExitReport) settleDirect() {
 	e.dropped.Do(func() { e.pool.giveBack(e.t) })
 }
 
-// killLeft kills every process left in the tree's cgroup and reaps those
-// that are the daemon's children; it reports whether the cgroup is empty
-// within cleanBound. The rest (the init's, in the namespace) the init
-// reaps.
+// killLeft kills every process left in the tree's cgroup (the tree's,
+// nested pid namespaces included; the daemon itself aside, were it there)
+// and reaps those that are the daemon's children; it reports whether
+// none is left within cleanBound. The rest (the init's children) the
+// init reaps.
 func (d *directReport) killLeft() bool {
 	if d.cgdir < 0 {
 		return false
@@ -277,13 +278,13 @@ func (d *directReport) killLeft() bool {
 		if err != nil {
 			return false
 		}
-		if len(pids) == 0 {
-			break
-		}
 		var wait []unix.PollFd
 		for _, pid := range pids {
 			fd, seen := killed[pid]
 			if !seen {
+				if pid == os.Getpid() {
+					continue
+				}
 				if fd, err = unix.PidfdOpen(pid, 0); err != nil {
 					continue // gone
 				}
@@ -292,14 +293,15 @@ func (d *directReport) killLeft() bool {
 			}
 			wait = append(wait, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
 		}
+		if len(wait) == 0 {
+			break
+		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			return false
 		}
 		// Until one of them has exited (it leaves the cgroup first).
-		if len(wait) > 0 {
-			_, _ = unix.Poll(wait, int(left/time.Millisecond)+1)
-		}
+		_, _ = unix.Poll(wait, int(left/time.Millisecond)+1)
 	}
 	for pid, fd := range killed {
 		// Exited (POLLIN) once it is a zombie, or reaped by the init.
