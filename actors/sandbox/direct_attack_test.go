@@ -105,16 +105,26 @@ func reapStrays(pids []int) {
 	}
 }
 
+// boundedBy returns f's result; f not returning within d fails the test.
+func boundedBy[T any](t *testing.T, d time.Duration, what string, f func() T) T {
+	t.Helper()
+	c := make(chan T, 1)
+	go func() { c <- f() }()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s: not within %v", what, d)
+	}
+	var zero T
+	return zero
+}
+
 // closeBounded closes h's prepared sandboxes (their inits must end).
 func closeBounded(t *testing.T, h *Host) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() { h.prepared.close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the prepared sandboxes do not end: an init waits for a process of its namespace to be reaped")
-	}
+	boundedBy(t, 10*time.Second, "the prepared sandboxes' end (an init waits for a process to be reaped?)",
+		func() bool { h.prepared.close(); return true })
 }
 
 // TestDirectAttackReachDaemon: the command looks for its parent (the
@@ -262,13 +272,7 @@ say("sibling", pid, open('/proc/%d/stat' % pid).read().split(') ')[1][0])`},
 		if l := r.line(t); !strings.HasPrefix(l, "sibling ") || strings.HasPrefix(l, "sibling -") {
 			t.Fatalf("%q", l)
 		}
-		done := make(chan struct{})
-		go func() { r.report.Abandon(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("Abandon does not return: the init waits for the sibling's reaping")
-		}
+		boundedBy(t, 10*time.Second, "Abandon (the init waits for the sibling's reaping?)", func() bool { r.report.Abandon(); return true })
 		if pids, z := pidsWithArg(t, marker), sandboxZombies(t); len(pids)+len(z) != 0 {
 			t.Errorf("after the discard: sibling %v, zombies %v", pids, z)
 		}
@@ -307,18 +311,11 @@ sys.exit(5)`), ws)
 		t.Skipf("PTRACE_TRACEME refused here (%q): nothing to attack", l)
 	}
 	// Stopped (and the stop still to be reported: WNOWAIT).
-	stopped := make(chan error, 1)
-	go func() {
+	if err := boundedBy(t, 10*time.Second, "the command's stop", func() error {
 		var info unix.Siginfo
-		stopped <- unix.Waitid(unix.P_PID, r.proc.Pid, &info, unix.WSTOPPED|unix.WNOWAIT, nil)
-	}()
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatalf("waitid(WSTOPPED): %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the command did not stop")
+		return unix.Waitid(unix.P_PID, r.proc.Pid, &info, unix.WSTOPPED|unix.WNOWAIT, nil)
+	}); err != nil {
+		t.Fatalf("waitid(WSTOPPED): %v", err)
 	}
 	type result struct{ code, sig int }
 	done := make(chan result, 1)
@@ -554,26 +551,15 @@ func tryStart(t *testing.T, h *Host, cgfd int, plan Plan, dir string) (string, e
 	}
 	defer outR.Close()
 	plan.Recycle = true
-	type started struct {
-		report *ExitReport
-		err    error
-	}
-	c := make(chan started, 1)
-	go func() {
-		_, report, err := StartReported(h, plan, &os.ProcAttr{Dir: dir, Files: []*os.File{devnull, outW, outW},
+	var report *ExitReport
+	err = boundedBy(t, 20*time.Second, "the start", func() (err error) {
+		_, report, err = StartReported(h, plan, &os.ProcAttr{Dir: dir, Files: []*os.File{devnull, outW, outW},
 			Sys: &syscall.SysProcAttr{Setsid: true, UseCgroupFD: true, CgroupFD: cgfd}})
-		c <- started{report, err}
-	}()
-	var st started
-	select {
-	case st = <-c:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the start hangs")
-	}
+		return err
+	})
 	outW.Close()
-	report := st.report
-	if st.err != nil {
-		return "", st.err
+	if err != nil {
+		return "", err
 	}
 	t.Cleanup(report.Abandon)
 	if code := waitReport(t, &recycledRun{report: report}); code != 0 {
