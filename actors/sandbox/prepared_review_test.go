@@ -521,6 +521,17 @@ func TestReviewPreparedHelperKilledAfterTake(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Kill(pid, unix.SIGKILL)
+	// kill(2) returns before the group stop is complete: a thread of the
+	// helper that was running may still read a start sent meanwhile (seen
+	// under load). The start is sent once the helper is stopped.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Microsecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(b), ") T ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("helper %d not stopped", pid)
+		}
+	}
 	type result struct {
 		out  string
 		code int
