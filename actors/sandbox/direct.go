@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -178,10 +179,22 @@ func (d *directThread) run(initPid, efd int, wp *wirePlan, ready chan<- error) {
 	// sandbox ends: discarded, or its init exited after a last start).
 	fds := []unix.PollFd{{Fd: int32(efd), Events: unix.POLLIN}, {Fd: int32(pidfd), Events: unix.POLLIN}}
 	var buf [8]byte
+	cmd := 0 // the command that runs (the thread's child), 0: none
 	for {
-		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+		// While a command runs, its siblings' ends are reaped every
+		// orphanReap ms, as the init reaps its orphans.
+		timeout := -1
+		if cmd != 0 {
+			timeout = orphanReap
+		}
+		n, err := unix.Poll(fds, timeout)
+		if err != nil && err != unix.EINTR {
 			d.broken = true
 			return
+		}
+		if n == 0 {
+			reapSiblingsBut(cmd)
+			continue
 		}
 		if d.quitting.Load() {
 			// Discarded (after the last command's reap): the command's
@@ -200,6 +213,7 @@ func (d *directThread) run(initPid, efd int, wp *wirePlan, ready chan<- error) {
 			return
 		}
 		if d.renewing.Swap(false) {
+			cmd = 0 // its report reaped it
 			reapSiblings(false)
 			// The next command's IPC namespace: the last one's goes
 			// with whatever its tree left there.
@@ -218,6 +232,9 @@ func (d *directThread) run(initPid, efd int, wp *wirePlan, ready chan<- error) {
 				continue
 			}
 			r := d.fork(j)
+			if r.proc != nil {
+				cmd = r.proc.Pid
+			}
 			d.answer(j, r)
 			// Idle, and the next IPC namespace's making, at the priority
 			// the sandbox was prepared at (the next start sets its own):
@@ -251,6 +268,27 @@ func reapSiblings(block bool) {
 			continue
 		}
 		if err != nil || pid <= 0 {
+			return
+		}
+	}
+}
+
+// reapSiblingsBut reaps the calling direct thread's children that have
+// exited, but cmd, the command (its report reaps it), without waiting: a
+// command's CLONE_PARENT siblings that end while it runs do not stay
+// zombies of the daemon until its end (TestDirectReapsSiblingsWhileRuns).
+func reapSiblingsBut(cmd int) {
+	for {
+		var info unix.Siginfo
+		if err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT|unix.WALL|unix.WNOTHREAD, nil); err != nil {
+			return
+		}
+		pid := int(*(*int32)(unsafe.Add(unsafe.Pointer(&info), siPidOff)))
+		code := *(*int32)(unsafe.Add(unsafe.Pointer(&info), siCodeOff))
+		if pid == 0 || pid == cmd || code < cldExited || code > cldDumped {
+			return // none, the command's own end, or a stop
+		}
+		if _, err := unix.Wait4(pid, nil, unix.WNOHANG|unix.WALL|unix.WNOTHREAD, nil); err != nil {
 			return
 		}
 	}
