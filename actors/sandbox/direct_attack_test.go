@@ -382,3 +382,53 @@ sys.exit(5)`), ws)
 		t.Errorf("the command's report: exit %d, want 5", code)
 	}
 }
+
+// TestInitPathPtraceStop: TestDirectAttackPtraceStop on the init's path
+// (Host.NoDirect): PTRACE_TRACEME makes the init's spawning thread the
+// command's tracer, and the init's wait sees the command's ptrace stop. The
+// init must not report that stop as the command's end (it reported "exit
+// -1", which the daemon read as a killed init).
+func TestInitPathPtraceStop(t *testing.T) {
+	needPython(t)
+	h, cgfd, ws, p := directSetup(t)
+	viaInit := *h
+	viaInit.NoDirect = true
+	r := startDirectRun(t, &viaInit, cgfd, pyPlan(p, `
+r = sc('ptrace', 0, 0, 0, 0)
+say("traceme", en(r))
+if r == 0:
+    os.kill(os.getpid(), signal.SIGSTOP)
+sys.stdin.read()
+sys.exit(5)`), ws)
+	if r.report.Direct() {
+		t.Fatal("a direct start: want the init's path")
+	}
+	if l := r.line(t); l != "traceme ok" {
+		t.Skipf("PTRACE_TRACEME refused here (%q): nothing to attack", l)
+	}
+	type result struct {
+		code int
+		ok   bool
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, ok := r.report.Wait()
+		done <- result{code, ok}
+	}()
+	select {
+	case res := <-done:
+		t.Fatalf("the report says the command ended (%d, %v) while it is stopped", res.code, res.ok)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := r.report.Signal(unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if !res.ok || res.code != 128+int(unix.SIGKILL) || r.report.ExitSignal() != int(unix.SIGKILL) {
+			t.Errorf("report: %d %v, signal %d; want the SIGKILL", res.code, res.ok, r.report.ExitSignal())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no report after SIGKILL")
+	}
+}

@@ -146,7 +146,10 @@ func reapCommand(cmd int) (code, sig int) {
 		if err != nil {
 			return 0, int(unix.SIGKILL) // ECHILD: cannot happen while the command is our child
 		}
-		if pid == cmd {
+		if pid == cmd && (ws.Exited() || ws.Signaled()) {
+			// Only its end: a command that made this thread its tracer
+			// (PTRACE_TRACEME) reports its ptrace stops here too
+			// (TestInitPathPtraceStop).
 			if ws.Signaled() {
 				return 0, int(ws.Signal())
 			}

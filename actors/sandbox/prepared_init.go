@@ -384,7 +384,10 @@ func (s *spawner) relayAndReap(cmd int, epoch uint32) (code, sig int) {
 			if err != nil || pid <= 0 {
 				break
 			}
-			if pid == cmd {
+			if pid == cmd && (ws.Exited() || ws.Signaled()) {
+				// Only its end: a command that made this thread its tracer
+				// (PTRACE_TRACEME) reports its ptrace stops here too
+				// (TestInitPathPtraceStop).
 				if ws.Signaled() {
 					return 0, int(ws.Signal())
 				}
