@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -421,9 +422,16 @@ func directOK(h *Host, t *preparedSandbox, plan Plan, attr *os.ProcAttr) bool {
 // that needs the init (host sockets to cover, v1 cgroups to join) goes to
 // startOnPrepared with it.
 func startDirect(h *Host, pp *preparedPool, t *preparedSandbox, plan Plan, attr *os.ProcAttr, mode string) (proc *os.Process, report *ExitReport, wp wirePlan, planned bool, err error) {
+	// The working directory as os/exec would take it: relative to the
+	// daemon's (the thread's own is the last start's).
 	dir := plan.Dir
-	if dir == "" {
-		dir, _ = os.Getwd()
+	if !filepath.IsAbs(dir) {
+		wd, err := os.Getwd()
+		if err != nil {
+			pp.giveBack(t) // it ran nothing
+			return nil, nil, wp, false, fmt.Errorf("sandbox: working directory: %w", err)
+		}
+		dir = filepath.Join(wd, dir)
 	}
 	j := &directStart{path: plan.Path, argv: plan.Argv, env: plan.Env, dir: dir, files: attr.Files,
 		cgfd: attr.Sys.CgroupFD, nice: threadNice(), wordC: make(chan struct{}, 1), reply: make(chan directResult, 1)}

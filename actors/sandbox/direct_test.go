@@ -248,3 +248,27 @@ func TestDirectSignals(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectRelativeDir: a relative working directory (the library API
+// allows one) is the daemon's, as in os/exec, not the direct thread's
+// (which is the last start's).
+func TestDirectRelativeDir(t *testing.T) {
+	h, cgfd, ws, p := directSetup(t)
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, dir := range []string{ws, ".", "."} {
+		r := startDirectRun(t, h, cgfd, shPlan(p, `pwd`), dir)
+		want := ws
+		if dir == "." {
+			want = wd
+		}
+		if l := r.line(t); l != want {
+			t.Errorf("start %d in %q: pwd %q, want %q", i, dir, l, want)
+		}
+		if code := waitReport(t, r); code != 0 {
+			t.Errorf("start %d: exit %d", i, code)
+		}
+	}
+}
