@@ -26,8 +26,8 @@ import (
 // a thread sharing it may not join a mount namespace) and entered the
 // init's mount, pid (for its children) and network namespaces with one
 // setns(2) on the init's pidfd, made an IPC namespace of its own, then
-// confined itself exactly as the init's spawning thread does
-// (newSpawnThread: capabilities, Landlock with the namespace's own /dev
+// confined itself with the init's spawning thread's own code
+// (confineSpawner: capabilities, Landlock with the namespace's own /dev
 // and /proc, the seccomp filter, the spawner uid). For each start it takes
 // the start's priority, enters the working directory (its own: the
 // daemon's other threads keep theirs) and checks it under Landlock, and
@@ -54,7 +54,8 @@ import (
 // sends it jobs; close may come from anyone (discard).
 
 // directThread is a daemon thread in a prepared sandbox's namespaces. It
-// sleeps in a read of its eventfd, outside the Go scheduler: a job wakes
+// sleeps in poll(2) on its eventfd (and the init's pidfd), outside the Go
+// scheduler: a job wakes
 // it directly, as the job is handed over (a goroutine locked to its thread
 // is woken through the scheduler instead: two thread wake-ups, ~80 µs
 // here, and only once the sender blocks).
@@ -69,18 +70,22 @@ type directThread struct {
 	quitting  atomic.Bool                 // set by close
 	quit      chan struct{}               // closed by close: the thread ends, or has
 	closeOnce sync.Once
-	// broken: the thread failed to make a new IPC namespace after a
-	// command (the thread's own: it refuses every start from then on).
+	// broken and cred are the thread's own (written and read by it alone):
+	// broken, it failed to make a new IPC namespace after a command and
+	// refuses every start from then on; cred, what its forks take back.
 	broken bool
 	cred   *syscall.Credential
 }
 
-// directStart is a start for the thread (renew: the next command's IPC
-// namespace instead). The thread prepares it (priority, working
+// directStart is a start for the thread. The thread prepares it (priority, working
 // directory) as soon as it has it, while the holder plans the start; it
 // forks only on the holder's word (word 1; 2: do not), which it spins
 // for a while (it is awake, and a sleeping thread's wake-up costs tens of
 // microseconds on a VM), then waits for on wordC.
+//
+// Its fields up to nice are set by the holder before send and only read
+// after; word and wordC are the holder's to set (say), the thread's to
+// read (await); reply is the thread's to send on, once.
 type directStart struct {
 	path  string
 	argv  []string
@@ -312,8 +317,8 @@ func (d *directThread) enter(pidfd int, wp *wirePlan) error {
 	if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
 		return fmt.Errorf("unshare(CLONE_NEWIPC): %w", err)
 	}
-	if _, _, errno := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 && errno != unix.ENOSYS {
-		return fmt.Errorf("keyctl(JOIN_SESSION_KEYRING): %w", errno)
+	if err := joinOwnKeyring(); err != nil {
+		return err
 	}
 	l, err := preparedLayers(wp)
 	if err != nil {
@@ -321,16 +326,7 @@ func (d *directThread) enter(pidfd int, wp *wirePlan) error {
 	}
 	var ps pins
 	defer ps.close()
-	if err := dropCapabilities(); err != nil {
-		return err
-	}
-	if err := applyLandlock(wp.Policy, l, &ps); err != nil {
-		return err
-	}
-	if err := installFilter(nsFilter(wp.Policy)); err != nil {
-		return err
-	}
-	d.cred, err = becomeSpawner()
+	d.cred, _, err = confineSpawner(wp.Policy, l, &ps, true)
 	return err
 }
 

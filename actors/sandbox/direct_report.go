@@ -19,6 +19,10 @@ import (
 // child, then ends the start's epoch and gives the sandbox back.
 
 // directReport is the part of an ExitReport for a direct start.
+//
+// pid, pidfd, events and cgdir are set at the start and read by the
+// report's waiter (Wait); Signal and Abandon, from another goroutine,
+// touch only what mu guards.
 type directReport struct {
 	pid    int
 	pidfd  *os.File // non-blocking: waited on in the runtime poller

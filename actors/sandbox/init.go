@@ -269,23 +269,9 @@ func newSpawnThread(p *wirePlan, l layers, ps *pins) (*spawnThread, string, erro
 				return
 			}
 		}
-		if err := dropCapabilities(); err != nil {
-			res <- result{"capabilities", err}
-			return
-		}
-		if err := applyLandlock(p.Policy, l, ps); err != nil {
-			res <- result{"landlock", err}
-			return
-		}
-		if t.filtered {
-			if err := installFilter(nsFilter(p.Policy)); err != nil {
-				res <- result{"seccomp", err}
-				return
-			}
-		}
-		cred, err := becomeSpawner()
+		cred, stage, err := confineSpawner(p.Policy, l, ps, t.filtered)
 		if err != nil {
-			res <- result{"credentials", err}
+			res <- result{stage, err}
 			return
 		}
 		t.cred = cred
@@ -303,6 +289,31 @@ func newSpawnThread(p *wirePlan, l layers, ps *pins) (*spawnThread, string, erro
 		return nil, r.stage, r.err
 	}
 	return t, "", nil
+}
+
+// confineSpawner confines the calling (locked) thread as a sandbox's
+// spawning thread: capabilities dropped (but the effective ones a start
+// still uses), Landlock with l's grants, the seccomp filter if filter,
+// then the spawner uid. It returns the credentials the command's fork
+// takes back, or the failed stage. The init's spawning thread
+// (newSpawnThread) and a direct thread (direct.go) are confined by it.
+func confineSpawner(p *Policy, l layers, ps *pins, filter bool) (*syscall.Credential, string, error) {
+	if err := dropCapabilities(); err != nil {
+		return nil, "capabilities", err
+	}
+	if err := applyLandlock(p, l, ps); err != nil {
+		return nil, "landlock", err
+	}
+	if filter {
+		if err := installFilter(nsFilter(p)); err != nil {
+			return nil, "seccomp", err
+		}
+	}
+	cred, err := becomeSpawner()
+	if err != nil {
+		return nil, "credentials", err
+	}
+	return cred, "", nil
 }
 
 // confineAtStart is the spawning thread's confinement that waits for the

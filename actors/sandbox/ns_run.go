@@ -97,11 +97,19 @@ func buildNS(np *nsPlan, scratch string, ps *pins) (string, error) {
 			return "network", fmt.Errorf("loopback up: %w", err)
 		}
 	}
-	// An anonymous session keyring of its own (NULL name).
-	if _, _, errno := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 && errno != unix.ENOSYS {
-		return "keyring", fmt.Errorf("keyctl(JOIN_SESSION_KEYRING): %w", errno)
+	if err := joinOwnKeyring(); err != nil {
+		return "keyring", err
 	}
 	return "", nil
+}
+
+// joinOwnKeyring gives the calling thread an anonymous session keyring of
+// its own (NULL name), which the commands it starts inherit.
+func joinOwnKeyring() error {
+	if _, _, errno := unix.RawSyscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); errno != 0 && errno != unix.ENOSYS {
+		return fmt.Errorf("keyctl(JOIN_SESSION_KEYRING): %w", errno)
+	}
+	return nil
 }
 
 // runNS is the start itself in the built namespaces: the working
