@@ -285,6 +285,7 @@ say("sibling", pid, open('/proc/%d/stat' % pid).read().split(') ')[1][0])`},
 func TestDirectAttackPtraceStop(t *testing.T) {
 	needPython(t)
 	h, cgfd, ws, p := directSetup(t)
+	p = networkOnPrimed(t, h, p, ws) // with the network restricted ptrace is refused (TestPtraceRefusedNetworkRestricted)
 	r := startDirectRun(t, h, cgfd, pyPlan(p, `
 r = sc('ptrace', 0, 0, 0, 0)
 say("traceme", en(r))
@@ -306,7 +307,7 @@ sys.exit(5)`), ws)
 		unix.Close(pidfd)
 	}()
 	if l := r.line(t); l != "traceme ok" {
-		t.Skipf("PTRACE_TRACEME refused here (%q): nothing to attack", l)
+		t.Skipf("PTRACE_TRACEME refused here with the network on (%q; Yama?): nothing to attack", l)
 	}
 	// Stopped (and the stop still to be reported: WNOWAIT).
 	if err := boundedBy(t, 10*time.Second, "the command's stop", func() error {
@@ -391,6 +392,7 @@ sys.exit(5)`), ws)
 func TestInitPathPtraceStop(t *testing.T) {
 	needPython(t)
 	h, cgfd, ws, p := directSetup(t)
+	p = networkOnPrimed(t, h, p, ws)
 	viaInit := *h
 	viaInit.NoDirect = true
 	r := startDirectRun(t, &viaInit, cgfd, pyPlan(p, `
@@ -404,7 +406,7 @@ sys.exit(5)`), ws)
 		t.Fatal("a direct start: want the init's path")
 	}
 	if l := r.line(t); l != "traceme ok" {
-		t.Skipf("PTRACE_TRACEME refused here (%q): nothing to attack", l)
+		t.Skipf("PTRACE_TRACEME refused here with the network on (%q; Yama?): nothing to attack", l)
 	}
 	type result struct {
 		code int
@@ -431,4 +433,14 @@ sys.exit(5)`), ws)
 	case <-time.After(20 * time.Second):
 		t.Fatal("no report after SIGKILL")
 	}
+}
+
+// networkOnPrimed is p with the network allowed, a sandbox primed for it
+// in ws.
+func networkOnPrimed(t *testing.T, h *Host, p *Policy, ws string) *Policy {
+	t.Helper()
+	q := *p
+	q.Network = true
+	primeDirect(t, h, &q, ws)
+	return &q
 }

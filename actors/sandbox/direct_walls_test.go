@@ -339,3 +339,50 @@ else:
 		t.Errorf("/etc/%s was created", desc)
 	}
 }
+
+// TestPtraceRefusedNetworkRestricted: with the network restricted, ptrace
+// is refused (EPERM), as in the reference's sandbox (Codex 0.171 refuses
+// PTRACE_TRACEME and an attach to the command's own child there); with
+// the network on both allow it. On a direct start and through the init.
+func TestPtraceRefusedNetworkRestricted(t *testing.T) {
+	needPython(t)
+	h, cgfd, ws, p := directSetup(t)
+	pn := networkOnPrimed(t, h, p, ws)
+	viaInit := *h
+	viaInit.NoDirect = true
+	attach := `
+pid = os.fork()
+if pid == 0:
+    time.sleep(5)
+    os._exit(0)
+say("attach", en(sc('ptrace', 16, pid, 0, 0)))
+os.kill(pid, 9)
+os.waitpid(pid, 0)
+# Last: a tracee would stop at its next signal, with nobody to resume it.
+say("traceme", en(sc('ptrace', 0, 0, 0, 0)))
+os._exit(0)`
+	for _, c := range []struct {
+		name string
+		host *Host
+		p    *Policy
+		want string
+	}{
+		{"direct_restricted", h, p, "attach EPERM\ntraceme EPERM\n"},
+		{"init_restricted", &viaInit, p, "attach EPERM\ntraceme EPERM\n"},
+		{"direct_network_on", h, pn, "attach ok\ntraceme ok\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := startDirectRun(t, c.host, cgfd, pyPlan(c.p, "import time\n"+attach), ws)
+			if r.report.Direct() != (c.host == h) {
+				t.Fatalf("direct %v", r.report.Direct())
+			}
+			got := r.line(t) + "\n" + r.line(t) + "\n"
+			if got != c.want {
+				t.Errorf("%q, want %q", got, c.want)
+			}
+			if code := waitReport(t, r); code != 0 {
+				t.Errorf("exit %d", code)
+			}
+		})
+	}
+}

@@ -9,9 +9,11 @@ import (
 )
 
 // The filter. With the network restricted: socket(2) and socketpair(2)
-// with any family but AF_UNIX fail with EPERM, and io_uring_setup(2) fails
+// with any family but AF_UNIX fail with EPERM, io_uring_setup(2) fails
 // with EPERM (its IORING_OP_SOCKET would create sockets around the
-// filter). With keyrings cut (every start of the namespaces level, see
+// filter), and so does ptrace(2), as in the reference's sandbox with the
+// network restricted (Codex 0.171 refuses PTRACE_TRACEME and an attach to
+// the command's own child there, and allows both with the network on). With keyrings cut (every start of the namespaces level, see
 // ns.go): add_key(2), request_key(2) and keyctl(2) fail with EPERM, so
 // the host's keyrings (the user keyring of the command's uid is reachable
 // by name from any session) are out of reach; and setns(2) fails with
@@ -38,7 +40,7 @@ func bpfJump(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
 
 // filterSpec is what one filter refuses.
 type filterSpec struct {
-	network  bool // false: only AF_UNIX sockets, no io_uring
+	network  bool // false: only AF_UNIX sockets, no io_uring, no ptrace
 	keyrings bool // true: no keyring syscalls
 	setns    bool // true: no setns(2), so a command cannot leave its namespaces
 }
@@ -67,7 +69,7 @@ func buildFilter(f filterSpec) []unix.SockFilter {
 	}
 	var denied []uint32
 	if !f.network {
-		denied = append(denied, uint32(unix.SYS_IO_URING_SETUP))
+		denied = append(denied, uint32(unix.SYS_IO_URING_SETUP), uint32(unix.SYS_PTRACE))
 	}
 	if f.keyrings {
 		denied = append(denied, uint32(unix.SYS_ADD_KEY), uint32(unix.SYS_REQUEST_KEY), uint32(unix.SYS_KEYCTL))
