@@ -45,11 +45,15 @@ async function main() {
   info = d.process; facts(info); trail(d.audit);
   const control = d.control && info.tty;
   const btn = document.getElementById("terminate");
+  // Set once the process's exit is shown: a terminate answer that comes
+  // after it (the server answers once the signal is sent, the exit may be
+  // streamed first) must not cover it.
+  let ended = false;
   if (d.control) {
     btn.hidden = false;
     btn.addEventListener("click", async () => {
       const r = await fetch("/api/processes/" + encodeURIComponent(n) + "/terminate", { method: "POST" });
-      text(document.getElementById("status"), r.ok ? "terminate sent" : "terminate refused: " + r.status);
+      if (!ended) text(document.getElementById("status"), r.ok ? "terminate sent" : "terminate refused: " + r.status);
     });
   }
   const proto = location.protocol === "https:" ? "wss://" : "ws://";
@@ -75,7 +79,7 @@ async function main() {
   ws.addEventListener("message", ev => {
     if (typeof ev.data === "string") {
       const m = JSON.parse(ev.data);
-      if (m.type === "exited") { text(document.getElementById("status"), "exited " + m.exitCode + (m.limit ? " (" + m.limit + ")" : "")); refreshMeta(); }
+      if (m.type === "exited") { ended = true; text(document.getElementById("status"), "exited " + m.exitCode + (m.limit ? " (" + m.limit + ")" : "")); refreshMeta(); }
       if (m.type === "gap") { const s = "[output " + m.from + ".." + m.to + " evicted]\n"; if (term) term.write(s); else plain.append(s); }
       return;
     }
